@@ -1,0 +1,60 @@
+package redislock
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+// bounded runs f, a call to Redis, and returns when f returns or when ctx is
+// done, whichever comes first.
+//
+// It exists because go-redis does not stop a socket read when ctx's deadline
+// passes unless the client was created with ContextTimeoutEnabled: against a
+// frozen Redis or a black-holed network a call would otherwise block for the
+// client's ReadTimeout and retries, far past the caller's deadline. Every
+// Redis call of this package goes through bounded so that its deadlines hold
+// whatever the client's options.
+//
+// When ctx ends first, bounded returns ctx's error at once and f goes on in
+// its goroutine until go-redis gives up on its own (ReadTimeout, retries);
+// then late, if not nil, is called with f's outcome, so that the caller can
+// undo what the abandoned call may have done (an acquire that succeeded after
+// all). No goroutine outlives f.
+func bounded[T any](ctx context.Context, f func(context.Context) (T, error), late func(T, error)) (T, error) {
+	if ctx.Done() == nil { // cannot be cancelled: nothing to bound
+		return f(ctx)
+	}
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	const (
+		running = iota
+		delivered
+		abandoned
+	)
+	var state atomic.Int32
+	done := make(chan result, 1)
+	go func() {
+		v, err := f(ctx)
+		if state.CompareAndSwap(running, delivered) {
+			done <- result{v, err}
+		} else if late != nil {
+			late(v, err)
+		}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		if state.CompareAndSwap(running, abandoned) {
+			return zero, ctx.Err()
+		}
+		r := <-done // f finished as ctx ended: its outcome wins
+		return r.v, r.err
+	}
+}

@@ -1,0 +1,48 @@
+package redislock
+
+import "errors"
+
+// Errors returned by this package. Test for them with errors.Is: an error may
+// wrap several of them, and a context error (context.DeadlineExceeded,
+// context.Canceled) is kept alongside when that was the reason.
+var (
+	// ErrNotObtained is returned by Obtain, TryObtain and WithLock when the
+	// lock is held by someone else and could not be acquired before the
+	// acquire deadline (for TryObtain: on the single attempt). Retry later,
+	// wait longer (a longer ctx deadline or WithWait), or treat the work as
+	// being done elsewhere.
+	ErrNotObtained = errors.New("redislock: lock not obtained")
+
+	// ErrNotHeld is returned by Release, Refresh and TTL when the lock is no
+	// longer held by this Lock: it was released, its lease expired, or another
+	// holder owns the key now. Nothing was changed in Redis. Work done under
+	// the lock since its last successful Refresh may have overlapped with
+	// another holder; use fencing tokens (WithFencing) where that matters.
+	ErrNotHeld = errors.New("redislock: lock not held")
+
+	// ErrInvalidKey is returned when the lock key is empty. Nothing is sent to
+	// Redis.
+	ErrInvalidKey = errors.New("redislock: invalid key: must be a non-empty string")
+
+	// ErrInvalidTTL is returned when a lease ttl is shorter than one
+	// millisecond (zero, negative or sub-millisecond): Redis expiries have
+	// millisecond resolution and a lock without expiry is never created.
+	// Nothing is sent to Redis.
+	ErrInvalidTTL = errors.New("redislock: invalid ttl: must be at least 1ms")
+
+	// ErrInvalidOption is returned when an Option given to New or to a call
+	// has an invalid value (a nil Option, a negative wait, a backoff whose
+	// bounds are out of order, ...). The error text names the option. When
+	// the option was given to New, every call on that Locker returns it.
+	// Nothing is sent to Redis.
+	ErrInvalidOption = errors.New("redislock: invalid option")
+
+	// ErrNilClient is returned by every call on a Locker made with a nil
+	// client. Pass a go-redis v9 client (*redis.Client, *redis.ClusterClient,
+	// redis.UniversalClient, ...) to New.
+	ErrNilClient = errors.New("redislock: nil redis client passed to New")
+
+	// ErrNilFunc is returned by WithLock when fn is nil. Nothing is sent to
+	// Redis.
+	ErrNilFunc = errors.New("redislock: nil fn passed to WithLock")
+)

@@ -1,0 +1,278 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed5e0b76d9/redislock"
+)
+
+// A 600ms lease outlives a 2.5s job, and a competitor never gets in.
+func TestWithLockRenews(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	other, _ := b.client(t)
+	locker := redislock.New(rdb, redislock.WithTTL(600*time.Millisecond))
+	competitor := redislock.New(other)
+
+	var wins, tries atomic.Int64
+	done := make(chan struct{})
+	err := locker.WithLock(ctx, "job", func(ctx context.Context) error {
+		go func() {
+			defer close(done)
+			for ctx.Err() == nil {
+				tries.Add(1)
+				if lk, err := competitor.TryObtain(context.Background(), "job", time.Second); err == nil {
+					wins.Add(1)
+					_ = lk.Release(context.Background())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+		select {
+		case <-time.After(2500 * time.Millisecond):
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		pttl := other.PTTL(ctx, "job").Val()
+		assert.LessOrEqual(t, pttl, 600*time.Millisecond, "renewed to the lease, not more")
+		return nil
+	})
+	<-done
+	require.NoError(t, err)
+	assert.Zero(t, wins.Load(), "the competitor got the lock while it was held")
+	assert.Greater(t, tries.Load(), int64(30))
+	assert.Equal(t, int64(0), other.Exists(ctx, "job").Val(), "released after fn")
+}
+
+// Another owner takes the key: fn's ctx is cancelled with ErrLockLost within
+// the lease, and the new owner's key is left alone.
+func TestWithLockLost(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		rdb, _ := b.client(t)
+		other, _ := b.client(t)
+		const ttl = 600 * time.Millisecond
+		locker := redislock.New(rdb, redislock.WithTTL(ttl))
+
+		var stolenAt, noticedAt time.Time
+		err := locker.WithLock(ctx, "job", func(ctx context.Context) error {
+			time.Sleep(100 * time.Millisecond)
+			stolenAt = time.Now()
+			require.NoError(t, other.Set(ctx, "job", "intruder", time.Minute).Err())
+			<-ctx.Done()
+			noticedAt = time.Now()
+			assert.Equal(t, redislock.ErrLockLost, context.Cause(ctx))
+			return ctx.Err()
+		})
+		require.ErrorIs(t, err, redislock.ErrLockLost)
+		assert.ErrorIs(t, err, context.Canceled, "fn's own error is kept")
+		assert.Less(t, noticedAt.Sub(stolenAt), ttl, "noticed within the lease")
+		assert.Equal(t, "intruder", other.Get(ctx, "job").Val(), "the new owner's key is untouched")
+		assert.Greater(t, other.PTTL(ctx, "job").Val(), 50*time.Second)
+	})
+}
+
+// Redis frozen: no renewal returns, and fn's ctx is still cancelled before
+// the lease can have run out in Redis.
+func TestKeepAliveRedisFrozen(t *testing.T) {
+	b := realBackend(t)
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb)
+	const ttl = 600 * time.Millisecond
+
+	lock, err := locker.Obtain(ctxT(t, 5*time.Second), "job", ttl)
+	require.NoError(t, err)
+	lctx := lock.KeepAlive(context.Background())
+	time.Sleep(700 * time.Millisecond) // renewals are working
+	require.NoError(t, lctx.Err())
+
+	b.srv.Freeze(t)
+	frozenAt := time.Now()
+	select {
+	case <-lctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("lease context not cancelled while Redis is frozen")
+	}
+	cancelledAt := time.Now()
+	b.srv.Thaw(t)
+
+	assert.Equal(t, redislock.ErrLockLost, context.Cause(lctx))
+	assert.False(t, cancelledAt.After(lock.Until()), "cancelled by the end of the last renewed lease")
+	assert.Less(t, cancelledAt.Sub(frozenAt), ttl, "within the lease")
+	assert.Greater(t, cancelledAt.Sub(frozenAt), ttl/3, "not before the lease nears its end")
+
+	rctx := ctxT(t, 10*time.Second)
+	_ = lock.Release(rctx) // held or expired: either way the key is gone after
+	assert.Eventually(t, func() bool { return rdb.Exists(rctx, "job").Val() == 0 }, 5*time.Second, 50*time.Millisecond)
+}
+
+func TestWithLockPanic(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 5*time.Second)
+		rdb, _ := b.client(t)
+		locker := redislock.New(rdb)
+		assert.PanicsWithValue(t, "boom", func() {
+			_ = locker.WithLock(ctx, "job", func(context.Context) error { panic("boom") })
+		})
+		assert.Equal(t, int64(0), rdb.Exists(ctx, "job").Val(), "released despite the panic")
+	})
+}
+
+func TestWithLockCallerCancels(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		rdb, _ := b.client(t)
+		locker := redislock.New(rdb)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		time.AfterFunc(100*time.Millisecond, cancel)
+		err := locker.WithLock(ctx, "job", func(ctx context.Context) error {
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.NotErrorIs(t, err, redislock.ErrLockLost)
+		assert.Equal(t, int64(0), rdb.Exists(context.Background(), "job").Val(), "released after cancel")
+	})
+}
+
+func TestWithLockReturnsFnError(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 5*time.Second)
+		rdb, n := b.client(t)
+		locker := redislock.New(rdb)
+		errFn := errors.New("fn failed")
+		called := false
+		err := locker.WithLock(ctx, "job", func(ctx context.Context) error {
+			called = true
+			assert.Equal(t, int64(1), rdb.Exists(ctx, "job").Val(), "held during fn")
+			return errFn
+		})
+		assert.True(t, called)
+		assert.Equal(t, errFn, err)
+
+		// Held elsewhere: fn is not called.
+		_, err = locker.Obtain(ctx, "busy", time.Minute)
+		require.NoError(t, err)
+		err = locker.WithLock(ctx, "busy", func(context.Context) error { t.Error("fn called"); return nil }, redislock.WithWait(0))
+		assert.ErrorIs(t, err, redislock.ErrNotObtained)
+
+		before := n.Load()
+		assert.ErrorIs(t, locker.WithLock(ctx, "job", nil), redislock.ErrNilFunc)
+		assert.ErrorIs(t, locker.WithLock(ctx, "", func(context.Context) error { return nil }), redislock.ErrInvalidKey)
+		assert.ErrorIs(t, locker.WithLock(ctx, "job", func(context.Context) error { return nil }, redislock.WithTTL(time.Microsecond)), redislock.ErrInvalidTTL)
+		assert.Equal(t, before, n.Load(), "invalid input sends nothing")
+	})
+}
+
+// Release ends KeepAlive's context with a plain cancel, not ErrLockLost.
+func TestKeepAliveStopsOnRelease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 5*time.Second)
+		rdb, _ := b.client(t)
+		locker := redislock.New(rdb)
+		lock, err := locker.Obtain(ctx, "job", time.Second)
+		require.NoError(t, err)
+		lctx := lock.KeepAlive(ctx)
+		require.NoError(t, lock.Release(ctx))
+		<-lctx.Done()
+		assert.Equal(t, context.Canceled, context.Cause(lctx))
+
+		// A released lock cannot be kept.
+		lctx = lock.KeepAlive(ctx)
+		<-lctx.Done()
+		assert.ErrorIs(t, context.Cause(lctx), redislock.ErrNotHeld)
+	})
+}
+
+// Renewals survive SCRIPT FLUSH.
+func TestKeepAliveScriptFlush(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 5*time.Second)
+		rdb, _ := b.client(t)
+		locker := redislock.New(rdb)
+		lock, err := locker.Obtain(ctx, "job", 300*time.Millisecond)
+		require.NoError(t, err)
+		lctx := lock.KeepAlive(ctx)
+		for i := 0; i < 5; i++ {
+			require.NoError(t, rdb.ScriptFlush(ctx).Err())
+			b.elapse(150 * time.Millisecond)
+		}
+		require.NoError(t, lctx.Err(), "lease kept through SCRIPT FLUSH")
+		require.NoError(t, lock.Release(ctx))
+	})
+}
+
+// BenchmarkKeepAlive10k holds 10,000 locks with auto-renewal for a few lease
+// periods and reports what renewing them costs per tick of the keeper: round
+// trips, commands, and CPU time of this process. Run with -benchtime=1x.
+func BenchmarkKeepAlive10k(b *testing.B) {
+	const locks, ttl, hold = 10000, 3 * time.Second, 9 * time.Second
+	be := realBackend(b)
+	rdb, _ := be.client(b, func(o *redis.Options) { o.PoolSize = 4 })
+	rt := &roundTrips{}
+	rdb.AddHook(rt)
+	locker := redislock.New(rdb)
+	ctx := context.Background()
+	for i := 0; i < b.N; i++ {
+		kctx, cancel := context.WithCancel(ctx)
+		held := make([]*redislock.Lock, locks)
+		for j := range held {
+			lk, err := locker.TryObtain(ctx, "k"+strconv.Itoa(j), ttl)
+			if err != nil {
+				b.Fatal(err)
+			}
+			lk.KeepAlive(kctx)
+			held[j] = lk
+		}
+		rt.reset()
+		cpu0 := cpuTime()
+		time.Sleep(hold)
+		cpu := cpuTime() - cpu0
+		trips, cmds := rt.load()
+		for _, lk := range held {
+			if lk.Until().Before(time.Now()) {
+				b.Fatal("a lease ran out")
+			}
+		}
+		cancel()
+		if trips == 0 {
+			b.Fatal("no renewals")
+		}
+		b.ReportMetric(float64(trips)/hold.Seconds(), "roundtrips/s")
+		b.ReportMetric(float64(cmds)/float64(trips), "cmds/roundtrip")
+		b.ReportMetric(float64(cpu.Microseconds())/float64(trips)/1000, "cpu-ms/roundtrip")
+		b.ReportMetric(float64(cpu.Microseconds())/hold.Seconds()/1e6*100, "cpu-%")
+	}
+}
+
+// roundTrips counts pipelined round trips and the commands in them.
+type roundTrips struct{ trips, cmds atomic.Int64 }
+
+func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r.trips.Add(1)
+		r.cmds.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+func (r *roundTrips) reset()               { r.trips.Store(0); r.cmds.Store(0) }
+func (r *roundTrips) load() (int64, int64) { return r.trips.Load(), r.cmds.Load() }
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,432 @@
+package redislock_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed5e0b76d9/redislock"
+	"github.com/seed5e0b76d9/redislock/internal/faultproxy"
+)
+
+func TestObtainRelease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 5*time.Second)
+		rdb, _ := b.client(t)
+		locker := redislock.New(rdb)
+
+		before := time.Now()
+		lock, err := locker.Obtain(ctx, "order:42", 10*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, "order:42", lock.Key())
+		assert.Len(t, lock.Token(), 22, "128 random bits, base64url")
+		assert.WithinRange(t, lock.Until(), before.Add(10*time.Second), time.Now().Add(10*time.Second))
+
+		val, err := rdb.Get(ctx, "order:42").Result()
+		require.NoError(t, err)
+		assert.Equal(t, lock.Token(), val, "the key holds the lock's token")
+		pttl, err := rdb.PTTL(ctx, "order:42").Result()
+		require.NoError(t, err)
+		assert.InDelta(t, 10*time.Second, pttl, float64(time.Second), "the key expires with the lease")
+
+		require.NoError(t, lock.Release(ctx))
+		assert.Equal(t, int64(0), rdb.Exists(ctx, "order:42").Val(), "release deletes the key")
+	})
+}
+
+func TestTokensAreUnique(t *testing.T) {
+	rdb, _ := miniBackend(t).client(t)
+	locker := redislock.New(rdb)
+	ctx := ctxT(t, 5*time.Second)
+	seen := map[string]bool{}
+	for i := 0; i < 200; i++ {
+		lock, err := locker.Obtain(ctx, "k"+strconv.Itoa(i), time.Minute)
+		require.NoError(t, err)
+		require.False(t, seen[lock.Token()], "token repeated")
+		seen[lock.Token()] = true
+	}
+}
+
+func TestTryObtainContended(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 5*time.Second)
+		rdb, n := b.client(t)
+		locker := redislock.New(rdb)
+
+		holder, err := locker.TryObtain(ctx, "k", time.Minute)
+		require.NoError(t, err)
+
+		before := n.Load()
+		start := time.Now()
+		_, err = locker.TryObtain(ctx, "k", time.Minute)
+		assert.ErrorIs(t, err, redislock.ErrNotObtained)
+		assert.NotErrorIs(t, err, context.DeadlineExceeded)
+		assert.Less(t, time.Since(start), 500*time.Millisecond, "TryObtain does not wait")
+		assert.Equal(t, int64(1), n.Load()-before, "TryObtain makes a single attempt")
+
+		val, _ := rdb.Get(ctx, "k").Result()
+		assert.Equal(t, holder.Token(), val, "the holder's key is untouched")
+
+		// Once released, the key can be taken again.
+		require.NoError(t, holder.Release(ctx))
+		lock, err := locker.TryObtain(ctx, "k", time.Minute)
+		require.NoError(t, err)
+		assert.NotEqual(t, holder.Token(), lock.Token())
+	})
+}
+
+func TestObtainDeadlineAndCancel(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		rdb, _ := b.client(t)
+		locker := redislock.New(rdb)
+		_, err := locker.Obtain(ctxT(t, 5*time.Second), "k", time.Minute)
+		require.NoError(t, err)
+
+		// Deadline from ctx: the wait is not capped at the lease ttl (10ms
+		// here), it lasts until the ctx deadline.
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err = locker.Obtain(ctx, "k", 10*time.Millisecond)
+		elapsed := time.Since(start)
+		assert.ErrorIs(t, err, redislock.ErrNotObtained)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.GreaterOrEqual(t, elapsed, 290*time.Millisecond, "waits until the deadline")
+		assert.Less(t, elapsed, time.Second, "gives up at the deadline")
+
+		// Deadline from WithWait.
+		start = time.Now()
+		_, err = locker.Obtain(context.Background(), "k", time.Minute, redislock.WithWait(200*time.Millisecond))
+		assert.ErrorIs(t, err, redislock.ErrNotObtained)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.InDelta(t, 200*time.Millisecond, time.Since(start), float64(150*time.Millisecond))
+
+		// Cancellation.
+		ctx, cancel = context.WithCancel(context.Background())
+		time.AfterFunc(100*time.Millisecond, cancel)
+		_, err = locker.Obtain(ctx, "k", time.Minute)
+		assert.ErrorIs(t, err, redislock.ErrNotObtained)
+		assert.ErrorIs(t, err, context.Canceled)
+	})
+}
+
+func TestReleaseTwiceAndStaleHolder(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 5*time.Second)
+		rdb, n := b.client(t)
+		locker := redislock.New(rdb)
+
+		lock, err := locker.Obtain(ctx, "k", time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, lock.Release(ctx))
+		before := n.Load()
+		assert.ErrorIs(t, lock.Release(ctx), redislock.ErrNotHeld, "double release")
+		assert.ErrorIs(t, lock.Refresh(ctx, time.Minute), redislock.ErrNotHeld, "refresh after release")
+		_, err = lock.TTL(ctx)
+		assert.ErrorIs(t, err, redislock.ErrNotHeld, "TTL after release")
+		assert.Equal(t, before, n.Load(), "a released lock does not contact Redis")
+
+		// A stale holder: its lease expires, another takes the key.
+		stale, err := locker.Obtain(ctx, "k", 50*time.Millisecond)
+		require.NoError(t, err)
+		b.elapse(100 * time.Millisecond)
+		holder, err := locker.TryObtain(ctx, "k", time.Minute)
+		require.NoError(t, err)
+
+		assert.ErrorIs(t, stale.Refresh(ctx, time.Hour), redislock.ErrNotHeld)
+		_, err = stale.TTL(ctx)
+		assert.ErrorIs(t, err, redislock.ErrNotHeld)
+		assert.ErrorIs(t, stale.Release(ctx), redislock.ErrNotHeld)
+
+		val, err := rdb.Get(ctx, "k").Result()
+		require.NoError(t, err)
+		assert.Equal(t, holder.Token(), val, "the new holder's key is untouched")
+		pttl := rdb.PTTL(ctx, "k").Val()
+		assert.Greater(t, pttl, 50*time.Second)
+		assert.LessOrEqual(t, pttl, time.Minute, "the stale refresh did not extend the new lease")
+		require.NoError(t, holder.Release(ctx))
+	})
+}
+
+func TestWholeTokenIsCompared(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 5*time.Second)
+		rdb, _ := b.client(t)
+		locker := redislock.New(rdb)
+		for _, other := range []func(string) string{
+			func(tok string) string { return tok[:len(tok)-1] },                   // a prefix
+			func(tok string) string { return tok + "x" },                          // an extension
+			func(tok string) string { return "x" + tok[1:] },                      // same length
+			func(tok string) string { return string(bytes.ToUpper([]byte(tok))) }, // case
+		} {
+			lock, err := locker.Obtain(ctx, "k", time.Minute)
+			require.NoError(t, err)
+			v := other(lock.Token())
+			if v == lock.Token() {
+				continue
+			}
+			require.NoError(t, rdb.Set(ctx, "k", v, time.Minute).Err())
+			assert.ErrorIs(t, lock.Refresh(ctx, time.Hour), redislock.ErrNotHeld)
+			assert.ErrorIs(t, lock.Release(ctx), redislock.ErrNotHeld)
+			assert.Equal(t, v, rdb.Get(ctx, "k").Val())
+			assert.LessOrEqual(t, rdb.PTTL(ctx, "k").Val(), time.Minute)
+			require.NoError(t, rdb.Del(ctx, "k").Err())
+		}
+	})
+}
+
+func TestRefreshAndTTL(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 5*time.Second)
+		rdb, _ := b.client(t)
+		locker := redislock.New(rdb)
+
+		lock, err := locker.Obtain(ctx, "k", time.Second)
+		require.NoError(t, err)
+		ttl, err := lock.TTL(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, ttl, 800*time.Millisecond)
+		assert.LessOrEqual(t, ttl, time.Second)
+
+		until := lock.Until()
+		require.NoError(t, lock.Refresh(ctx, time.Minute))
+		ttl, err = lock.TTL(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, ttl, 59*time.Second)
+		assert.Greater(t, lock.Until().Sub(until), 58*time.Second, "Until follows the refresh")
+
+		// A short refresh shortens the lease, and the lock then expires.
+		require.NoError(t, lock.Refresh(ctx, 50*time.Millisecond))
+		b.elapse(100 * time.Millisecond)
+		_, err = lock.TTL(ctx)
+		assert.ErrorIs(t, err, redislock.ErrNotHeld)
+		assert.ErrorIs(t, lock.Refresh(ctx, time.Minute), redislock.ErrNotHeld, "an expired lock cannot be revived")
+		assert.Equal(t, int64(0), rdb.Exists(ctx, "k").Val())
+	})
+}
+
+func TestInvalidInput(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 5*time.Second)
+		rdb, n := b.client(t)
+		good := redislock.New(rdb)
+		held, err := good.Obtain(ctx, "held", time.Minute)
+		require.NoError(t, err)
+
+		cases := []struct {
+			name string
+			call func() error
+			want error
+		}{
+			{"empty key", func() error { _, err := good.Obtain(ctx, "", time.Second); return err }, redislock.ErrInvalidKey},
+			{"empty key try", func() error { _, err := good.TryObtain(ctx, "", time.Second); return err }, redislock.ErrInvalidKey},
+			{"zero ttl", func() error { _, err := good.Obtain(ctx, "k", 0); return err }, redislock.ErrInvalidTTL},
+			{"negative ttl", func() error { _, err := good.Obtain(ctx, "k", -time.Second); return err }, redislock.ErrInvalidTTL},
+			{"sub-ms ttl", func() error { _, err := good.TryObtain(ctx, "k", 999*time.Microsecond); return err }, redislock.ErrInvalidTTL},
+			{"nil option", func() error { _, err := good.Obtain(ctx, "k", time.Second, nil); return err }, redislock.ErrInvalidOption},
+			{"negative wait", func() error {
+				_, err := good.Obtain(ctx, "k", time.Second, redislock.WithWait(-time.Second))
+				return err
+			}, redislock.ErrInvalidOption},
+			{"zero backoff", func() error {
+				_, err := good.Obtain(ctx, "k", time.Second, redislock.WithBackoff(0, time.Second))
+				return err
+			}, redislock.ErrInvalidOption},
+			{"backoff out of order", func() error {
+				_, err := good.Obtain(ctx, "k", time.Second, redislock.WithBackoff(time.Second, time.Millisecond))
+				return err
+			}, redislock.ErrInvalidOption},
+			{"invalid option on New", func() error {
+				_, err := redislock.New(rdb, redislock.WithTTL(0)).Obtain(ctx, "k", time.Second)
+				return err
+			}, redislock.ErrInvalidTTL},
+			{"nil client", func() error { _, err := redislock.New(nil).Obtain(ctx, "k", time.Second); return err }, redislock.ErrNilClient},
+			{"refresh zero ttl", func() error { return held.Refresh(ctx, 0) }, redislock.ErrInvalidTTL},
+			{"refresh sub-ms ttl", func() error { return held.Refresh(ctx, time.Microsecond) }, redislock.ErrInvalidTTL},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				before := n.Load()
+				err := c.call()
+				require.ErrorIs(t, err, c.want)
+				assert.NotEmpty(t, err.Error())
+				assert.Equal(t, before, n.Load(), "no command may reach Redis")
+			})
+		}
+		assert.Equal(t, []string{"held"}, rdb.Keys(ctx, "*").Val(), "nothing was written")
+	})
+}
+
+func TestWaiterGetsLock(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		rdb, _ := b.client(t)
+		locker := redislock.New(rdb)
+		ctx := ctxT(t, 10*time.Second)
+
+		t.Run("on release", func(t *testing.T) {
+			holder, err := locker.Obtain(ctx, "released", time.Minute)
+			require.NoError(t, err)
+			var releasedAt time.Time
+			time.AfterFunc(200*time.Millisecond, func() {
+				releasedAt = time.Now()
+				_ = holder.Release(ctx)
+			})
+			lock, err := locker.Obtain(ctx, "released", time.Minute)
+			require.NoError(t, err)
+			assert.Less(t, time.Since(releasedAt), 2*redislock.DefaultMaxBackoff, "takes the lock within a backoff")
+			assert.Equal(t, lock.Token(), rdb.Get(ctx, "released").Val())
+		})
+		t.Run("on expiry", func(t *testing.T) {
+			_, err := locker.Obtain(ctx, "expired", 200*time.Millisecond)
+			require.NoError(t, err)
+			go b.elapse(200 * time.Millisecond)
+			start := time.Now()
+			lock, err := locker.Obtain(ctx, "expired", time.Minute)
+			require.NoError(t, err)
+			assert.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond, "not before the lease ends")
+			assert.Equal(t, lock.Token(), rdb.Get(ctx, "expired").Val())
+		})
+	})
+}
+
+func TestScriptFlush(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 5*time.Second)
+		rdb, _ := b.client(t)
+		locker := redislock.New(rdb)
+
+		lock, err := locker.Obtain(ctx, "k", time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, lock.Refresh(ctx, time.Minute)) // scripts loaded now
+		require.NoError(t, rdb.ScriptFlush(ctx).Err())
+		require.NoError(t, lock.Refresh(ctx, 2*time.Minute))
+		require.NoError(t, rdb.ScriptFlush(ctx).Err())
+		_, err = lock.TTL(ctx)
+		require.NoError(t, err)
+		require.NoError(t, rdb.ScriptFlush(ctx).Err())
+		require.NoError(t, lock.Release(ctx))
+		assert.Equal(t, int64(0), rdb.Exists(ctx, "k").Val())
+	})
+}
+
+// A reply lost on the network must not leave a lock nobody owns.
+func TestLostSetReply(t *testing.T) {
+	b := realBackend(t)
+	isSet := func(req []byte) bool { return bytes.Contains(bytes.ToUpper(req), []byte("$3\r\nSET\r\n")) }
+	direct, _ := b.client(t)
+	ctx := ctxT(t, 10*time.Second)
+
+	for _, tc := range []struct {
+		name    string
+		retries int // go-redis MaxRetries: it retries the SET itself, or we do
+	}{{"go-redis retries", 3}, {"no go-redis retries", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			proxy := faultproxy.New(t, b.addr)
+			rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: tc.retries})
+			t.Cleanup(func() { _ = rdb.Close() })
+			locker := redislock.New(rdb)
+			key := "lost:" + tc.name
+
+			proxy.DropNextReply(isSet)
+			start := time.Now()
+			lock, err := locker.Obtain(ctx, key, time.Minute)
+			require.NoError(t, err)
+			assert.Less(t, time.Since(start), 5*time.Second, "acquired at once, not after the lease")
+			assert.Equal(t, lock.Token(), direct.Get(ctx, key).Val(), "the key the lost SET wrote is ours")
+			assert.True(t, lock.Until().Before(start.Add(time.Minute).Add(time.Millisecond)), "lease measured from the first SET")
+			require.NoError(t, lock.Release(ctx))
+		})
+	}
+
+	t.Run("giving up cleans up", func(t *testing.T) {
+		proxy := faultproxy.New(t, b.addr)
+		rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		locker := redislock.New(rdb)
+
+		proxy.DropNextReply(isSet)
+		_, err := locker.TryObtain(ctx, "lost:giveup", time.Minute)
+		require.ErrorIs(t, err, redislock.ErrNotObtained)
+		assert.Equal(t, int64(0), direct.Exists(ctx, "lost:giveup").Val(), "no orphan lock")
+	})
+}
+
+// Mutual exclusion: a non-atomic read-modify-write under the lock loses no
+// update.
+func TestMutualExclusion(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		const workers, rounds = 32, 20
+		ctx := ctxT(t, 60*time.Second)
+		c1, _ := b.client(t)
+		c2, _ := b.client(t)
+		lockers := []*redislock.Locker{
+			redislock.New(c1, redislock.WithBackoff(time.Millisecond, 20*time.Millisecond)),
+			redislock.New(c2, redislock.WithBackoff(time.Millisecond, 20*time.Millisecond)),
+		}
+		clients := []*redis.Client{c1, c2}
+
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func(locker *redislock.Locker, rdb *redis.Client) {
+				defer wg.Done()
+				for i := 0; i < rounds; i++ {
+					lock, err := locker.Obtain(ctx, "mutex", 5*time.Second)
+					if err != nil {
+						errs <- err
+						return
+					}
+					n, err := rdb.Get(ctx, "counter").Int()
+					if err != nil && !errors.Is(err, redis.Nil) {
+						errs <- err
+						return
+					}
+					time.Sleep(100 * time.Microsecond) // widen the race window
+					if err := rdb.Set(ctx, "counter", n+1, 0).Err(); err != nil {
+						errs <- err
+						return
+					}
+					if err := lock.Release(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}(lockers[w%2], clients[w%2])
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		got, err := c1.Get(ctx, "counter").Int()
+		require.NoError(t, err)
+		assert.Equal(t, workers*rounds, got, "lost updates mean two holders at once")
+	})
+}
+
+func BenchmarkObtainRelease(b *testing.B) {
+	be := realBackend(b)
+	rdb, _ := be.client(b)
+	locker := redislock.New(rdb)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		lock, err := locker.Obtain(ctx, "bench", time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lock.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,103 @@
+package redislock
+
+import (
+	"fmt"
+	"time"
+)
+
+// An Option configures a Locker (when given to New) or a single call (when
+// given to Obtain, TryObtain or WithLock). Options given to a call apply to
+// that call only and take precedence over the Locker's. An invalid option is
+// reported as an error wrapping ErrInvalidOption by the first call that uses
+// it; nothing is sent to Redis in that case.
+type Option func(*options)
+
+// options is the resolved configuration of a Locker or of one call.
+type options struct {
+	ttl        time.Duration // lease length for WithLock
+	wait       time.Duration // how long Obtain waits; < 0: until ctx is done
+	minBackoff time.Duration // first retry delay of Obtain
+	maxBackoff time.Duration // largest retry delay of Obtain
+	fencing    bool          // issue fencing tokens on acquire
+	err        error         // first invalid option, reported by calls
+}
+
+// Defaults used when no Option says otherwise.
+const (
+	// DefaultTTL is the lease length WithLock uses without WithTTL.
+	DefaultTTL = 30 * time.Second
+	// DefaultMinBackoff and DefaultMaxBackoff bound the jittered exponential
+	// backoff between acquire attempts of Obtain.
+	DefaultMinBackoff = 8 * time.Millisecond
+	DefaultMaxBackoff = 256 * time.Millisecond
+)
+
+func defaultOptions() options {
+	return options{
+		ttl:        DefaultTTL,
+		wait:       -1,
+		minBackoff: DefaultMinBackoff,
+		maxBackoff: DefaultMaxBackoff,
+	}
+}
+
+// apply applies opts in order to a copy of o. The first invalid option is
+// kept in the result's err field.
+func (o options) apply(opts []Option) options {
+	for _, opt := range opts {
+		if opt == nil {
+			o.invalid(ErrInvalidOption, "nil Option")
+			continue
+		}
+		opt(&o)
+	}
+	return o
+}
+
+func (o *options) invalid(sentinel error, format string, args ...any) {
+	if o.err == nil {
+		o.err = fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))
+	}
+}
+
+// WithTTL sets the lease length WithLock acquires the lock for and renews it
+// to (default DefaultTTL). A shorter lease frees the lock sooner after a
+// holder crashes; a longer one survives longer Redis or network stalls. d
+// must be at least one millisecond; it is truncated to whole milliseconds.
+func WithTTL(d time.Duration) Option {
+	return func(o *options) {
+		if d < time.Millisecond {
+			o.invalid(ErrInvalidTTL, "WithTTL(%v)", d)
+			return
+		}
+		o.ttl = d.Truncate(time.Millisecond)
+	}
+}
+
+// WithWait bounds how long Obtain and WithLock wait for a contended lock.
+// The acquire deadline is the earlier of the ctx deadline and now+d. Without
+// WithWait they wait until ctx is done. WithWait(0) makes a single attempt,
+// like TryObtain. d must not be negative.
+func WithWait(d time.Duration) Option {
+	return func(o *options) {
+		if d < 0 {
+			o.invalid(ErrInvalidOption, "WithWait(%v): wait must not be negative", d)
+			return
+		}
+		o.wait = d
+	}
+}
+
+// WithBackoff sets the bounds of the jittered exponential backoff between
+// acquire attempts: the first delay is about min, each later one is drawn at
+// random up to three times the previous, never above max (defaults
+// DefaultMinBackoff and DefaultMaxBackoff). It requires 0 < min <= max.
+func WithBackoff(min, max time.Duration) Option {
+	return func(o *options) {
+		if min <= 0 || max < min {
+			o.invalid(ErrInvalidOption, "WithBackoff(%v, %v): need 0 < min <= max", min, max)
+			return
+		}
+		o.minBackoff, o.maxBackoff = min, max
+	}
+}
