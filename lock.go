@@ -178,28 +178,35 @@ func (l *Locker) giveUp(lk *Lock, ambiguous time.Time, cause error) error {
 	return fmt.Errorf("%w: %q: %w", ErrNotObtained, lk.key, cause)
 }
 
-// acquire makes one attempt to set the key to lk's token. It reports whether
-// the key now holds our token. If ctx ends before Redis answers, the attempt
-// is abandoned; should it still succeed, the lock is removed again when the
-// late reply arrives.
+// acquire makes one attempt to set the key to lk's token, and to issue its
+// fence with WithFencing. It reports whether the key now holds our token. If
+// ctx ends before Redis answers, the attempt is abandoned; should it still
+// succeed, the lock is removed again when the late reply arrives.
 func (l *Locker) acquire(ctx context.Context, lk *Lock, ttl time.Duration, o *options) (bool, error) {
-	return bounded(ctx, func(ctx context.Context) (bool, error) {
+	fence, err := bounded(ctx, func(ctx context.Context) (int64, error) {
+		if o.fencing {
+			return l.acquireFenced(ctx, lk, ttl.Milliseconds())
+		}
 		// NX: only if free. GET: the previous value tells a key already
 		// holding our own token (an earlier attempt whose reply was lost, or
 		// go-redis retrying this one after a reset) from another holder's.
 		prev, err := l.client.SetArgs(ctx, lk.key, lk.token, redis.SetArgs{Mode: "NX", TTL: ttl, Get: true}).Result()
 		switch {
-		case errors.Is(err, redis.Nil):
-			return true, nil // the key was free and is ours now
+		case errors.Is(err, redis.Nil), err == nil && prev == lk.token:
+			return 1, nil // ours now
 		case err != nil:
-			return false, err
+			return 0, err
 		}
-		return prev == lk.token, nil
-	}, func(ours bool, err error) {
-		if ours || (err != nil && !refused(err)) {
+		return 0, nil
+	}, func(fence int64, err error) {
+		if fence > 0 || (err != nil && !refused(err)) {
 			lk.forget()
 		}
 	})
+	if o.fencing {
+		lk.fence = fence
+	}
+	return fence > 0, err
 }
 
 // refused reports whether err is an error reply from Redis (wrong type at the

@@ -320,7 +320,7 @@ func TestScriptFlush(t *testing.T) {
 // A reply lost on the network must not leave a lock nobody owns.
 func TestLostSetReply(t *testing.T) {
 	b := realBackend(t)
-	isSet := func(req []byte) bool { return bytes.Contains(bytes.ToUpper(req), []byte("$3\r\nSET\r\n")) }
+	isSet := faultproxy.MatchCommand("set")
 	direct, _ := b.client(t)
 	ctx := ctxT(t, 10*time.Second)
 

@@ -1,0 +1,171 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed5e0b76d9/redislock"
+	"github.com/seed5e0b76d9/redislock/internal/faultproxy"
+)
+
+func TestFencesIncrease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		c1, _ := b.client(t)
+		c2, _ := b.client(t)
+		lockers := []*redislock.Locker{redislock.New(c1, redislock.WithFencing()), redislock.New(c2, redislock.WithFencing())}
+
+		var last int64
+		for i := 0; i < 10; i++ {
+			lock, err := lockers[i%2].Obtain(ctx, "order:42", time.Minute)
+			require.NoError(t, err)
+			assert.Greater(t, lock.Fence(), last, "successive holders get increasing fences")
+			last = lock.Fence()
+			require.NoError(t, lock.Release(ctx))
+		}
+
+		// Takeover after expiry: the stale holder's fence is lower.
+		stale, err := lockers[0].Obtain(ctx, "order:42", 50*time.Millisecond)
+		require.NoError(t, err)
+		b.elapse(100 * time.Millisecond)
+		next, err := lockers[1].Obtain(ctx, "order:42", time.Minute)
+		require.NoError(t, err)
+		assert.Greater(t, next.Fence(), stale.Fence())
+		assert.Equal(t, next.Token(), c1.Get(ctx, "order:42").Val(), "the lock key holds only the token")
+		assert.Positive(t, c1.PTTL(ctx, "order:42").Val(), "fenced locks expire too")
+
+		// Without fencing: no fence, and no counter touched.
+		plain, err := redislock.New(c1).Obtain(ctx, "plain", time.Minute)
+		require.NoError(t, err)
+		assert.Zero(t, plain.Fence())
+		assert.Equal(t, int64(0), c1.Exists(ctx, "{plain}:redislock:fence").Val())
+		// Per call.
+		fenced, err := redislock.New(c1).Obtain(ctx, "per-call", time.Minute, redislock.WithFencing())
+		require.NoError(t, err)
+		assert.Positive(t, fenced.Fence())
+	})
+}
+
+// 8 goroutines on separate clients take the lock 25 times each; every holder
+// sees a fence above its predecessor's.
+func TestFencesOrderedUnderContention(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		const workers, rounds = 8, 25
+		ctx := ctxT(t, 60*time.Second)
+		check, _ := b.client(t)
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := 0; w < workers; w++ {
+			rdb, _ := b.client(t)
+			locker := redislock.New(rdb, redislock.WithFencing(), redislock.WithBackoff(time.Millisecond, 10*time.Millisecond))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < rounds; i++ {
+					lock, err := locker.Obtain(ctx, "{shared}:lock", 5*time.Second)
+					if err != nil {
+						errs <- err
+						return
+					}
+					prev, err := rdb.Get(ctx, "{shared}:last-fence").Int64()
+					if err != nil && !errors.Is(err, redis.Nil) {
+						errs <- err
+						return
+					}
+					if lock.Fence() <= prev {
+						errs <- errors.New("fence not above the predecessor's")
+					}
+					rdb.Set(ctx, "{shared}:last-fence", lock.Fence(), 0)
+					rdb.Incr(ctx, "{shared}:count")
+					if err := lock.Release(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		assert.Equal(t, workers*rounds, mustInt(t, check, "{shared}:count"))
+		assert.GreaterOrEqual(t, mustInt(t, check, "{shared}:last-fence"), workers*rounds)
+	})
+}
+
+func mustInt(t *testing.T, rdb *redis.Client, key string) int {
+	n, err := rdb.Get(context.Background(), key).Int()
+	require.NoError(t, err)
+	return n
+}
+
+// The paused holder: A's lease expires while it is paused, B takes over and
+// writes; A wakes and its write is rejected. The resource keeps B's value.
+func TestPausedHolderIsFencedOff(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		ca, _ := b.client(t)
+		cb, _ := b.client(t)
+		lockerA := redislock.New(ca, redislock.WithFencing())
+		lockerB := redislock.New(cb, redislock.WithFencing())
+
+		a, err := lockerA.Obtain(ctx, "stock:7", 200*time.Millisecond)
+		require.NoError(t, err)
+		require.NoError(t, redislock.SetFenced(ctx, ca, "stock:7:count", "10", a.Fence()), "A writes while it holds the lock")
+
+		b.elapse(300 * time.Millisecond) // A is paused past its lease, no renewal
+
+		bl, err := lockerB.Obtain(ctx, "stock:7", time.Minute)
+		require.NoError(t, err)
+		require.Greater(t, bl.Fence(), a.Fence())
+		require.NoError(t, redislock.SetFenced(ctx, cb, "stock:7:count", "9", bl.Fence()))
+		require.NoError(t, redislock.SetFenced(ctx, cb, "stock:7:count", "8", bl.Fence()), "the same holder writes again")
+
+		// A wakes up, still believing it holds the lock.
+		err = redislock.SetFenced(ctx, ca, "stock:7:count", "9", a.Fence())
+		require.ErrorIs(t, err, redislock.ErrFenceRejected)
+		assert.Equal(t, "8", ca.HGet(ctx, "stock:7:count", "value").Val(), "the resource holds B's value")
+		assert.ErrorIs(t, a.Release(ctx), redislock.ErrNotHeld)
+	})
+}
+
+func TestSetFencedInvalidInput(t *testing.T) {
+	b := miniBackend(t)
+	rdb, n := b.client(t)
+	ctx := ctxT(t, 5*time.Second)
+	assert.ErrorIs(t, redislock.SetFenced(ctx, rdb, "k", "v", 0), redislock.ErrInvalidOption)
+	assert.ErrorIs(t, redislock.SetFenced(ctx, rdb, "k", "v", -1), redislock.ErrInvalidOption)
+	assert.ErrorIs(t, redislock.SetFenced(ctx, rdb, "", "v", 1), redislock.ErrInvalidKey)
+	assert.ErrorIs(t, redislock.SetFenced(ctx, nil, "k", "v", 1), redislock.ErrNilClient)
+	assert.Zero(t, n.Load())
+}
+
+// A lost reply of the fenced acquire: the retry finds our token and issues a
+// new, larger fence.
+func TestFencedLostReply(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	direct, _ := b.client(t)
+	proxy := faultproxy.New(t, b.addr)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	locker := redislock.New(rdb, redislock.WithFencing())
+
+	first, err := locker.Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, first.Release(ctx))
+
+	proxy.DropNextReply(faultproxy.MatchCommand("evalsha"))
+	lock, err := locker.Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, lock.Token(), direct.Get(ctx, "k").Val())
+	assert.Greater(t, lock.Fence(), first.Fence()+1, "a fence was issued to the lost reply, and a new one after")
+}
