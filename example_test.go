@@ -96,3 +96,78 @@ func ExampleLock_Refresh() {
 	fmt.Println("lease left:", ttl.Round(time.Second))
 	// Output: lease left: 5s
 }
+
+// WithLock runs a function under the lock and keeps the lease alive while it
+// runs: here, a third-party access token is refreshed by one process instead
+// of by every process whose copy expired.
+func ExampleLocker_WithLock() {
+	rdb, done := exampleClient()
+	defer done()
+	locker := redislock.New(rdb, redislock.WithTTL(10*time.Second))
+	ctx := context.Background()
+
+	err := locker.WithLock(ctx, "token-refresh", func(ctx context.Context) error {
+		// ctx is cancelled with cause ErrLockLost if the lock is lost:
+		// pass it to every call the work makes.
+		return rdb.Set(ctx, "access-token", "fresh", time.Hour).Err()
+	}, redislock.WithWait(0)) // someone else refreshing: nothing to do
+	if errors.Is(err, redislock.ErrNotObtained) {
+		fmt.Println("another process is refreshing the token")
+		return
+	} else if err != nil {
+		panic(err)
+	}
+	fmt.Println("token:", rdb.Get(ctx, "access-token").Val())
+	// Output: token: fresh
+}
+
+// KeepAlive gives a lock from Obtain the same lease keeping as WithLock: a
+// context that ends when the lock is lost.
+func ExampleLock_KeepAlive() {
+	rdb, done := exampleClient()
+	defer done()
+	locker := redislock.New(rdb)
+	ctx := context.Background()
+
+	lock, err := locker.Obtain(ctx, "mq:message:8841", 5*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	lctx := lock.KeepAlive(ctx)
+	// ... process the message with lctx ...
+	if err := lock.Release(ctx); err != nil {
+		panic(err)
+	}
+	<-lctx.Done() // Release ends the lease keeping
+	fmt.Println("lost:", errors.Is(context.Cause(lctx), redislock.ErrLockLost))
+	// Output: lost: false
+}
+
+// Fencing tokens reject the writes of a holder whose lease expired while it
+// was paused. The protected resource keeps the highest fence it has seen;
+// SetFenced does that for a value in Redis. For a SQL row the same check is
+//
+//	UPDATE stock SET count = $1, fence = $2 WHERE id = $3 AND fence <= $2
+//
+// where 0 rows updated means the write was fenced off.
+func ExampleLock_Fence() {
+	rdb, done := exampleClient()
+	defer done()
+	locker := redislock.New(rdb, redislock.WithFencing())
+	ctx := context.Background()
+
+	old, _ := locker.Obtain(ctx, "stock:7", time.Second)
+	_ = old.Release(ctx) // stands in for a lease that expired during a pause
+	cur, _ := locker.Obtain(ctx, "stock:7", time.Second)
+	fmt.Println("fences increase:", cur.Fence() > old.Fence())
+
+	fmt.Println("current holder:", redislock.SetFenced(ctx, rdb, "stock:7:count", "41", cur.Fence()))
+	err := redislock.SetFenced(ctx, rdb, "stock:7:count", "42", old.Fence())
+	fmt.Println("stale holder rejected:", errors.Is(err, redislock.ErrFenceRejected))
+	fmt.Println("value:", rdb.HGet(ctx, "stock:7:count", "value").Val())
+	// Output:
+	// fences increase: true
+	// current holder: <nil>
+	// stale holder rejected: true
+	// value: 41
+}
