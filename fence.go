@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -21,12 +18,11 @@ var ErrFenceRejected = errors.New("redislock: write rejected: a newer lock holde
 // run a Lua script that sets the lock and increments a counter in one atomic
 // step, instead of a plain SET.
 //
-// The counter is the key "{<hash part of the lock key>}:redislock:fence"
-// (see fenceKey), in the lock key's Redis Cluster hash slot. It has no
-// expiry and is never reset, so fences keep growing across releases and
-// expiries; lock keys with the same hash tag share one counter, which keeps
-// each key's fences increasing. Deleting the counter restarts the fences at
-// 1: only do it together with the fences stored by the protected resources.
+// The counter is the key "{<hash part of the lock key>}:redislock:fence:<lock
+// key>", in the lock key's Redis Cluster hash slot. It has no expiry and is
+// never reset, so fences keep growing across releases and expiries. Deleting
+// it restarts the fences at 1: only do that together with the fences stored
+// by the protected resources.
 //
 // Replication is asynchronous: after a failover the new primary may have
 // missed the latest increments and issue a fence that was already issued.
@@ -82,66 +78,4 @@ func SetFenced(ctx context.Context, client redis.UniversalClient, key, value str
 		return fmt.Errorf("%w (%q: fence %d < %d)", ErrFenceRejected, key, fence, res[1])
 	}
 	return nil
-}
-
-// acquireFenced is the fenced form of one acquire attempt: it returns the new
-// fence, or 0 when another holder has the key.
-func (l *Locker) acquireFenced(ctx context.Context, lk *Lock, ttl int64) (int64, error) {
-	return acquireFencedScript.Run(ctx, l.client, []string{lk.key, fenceKey(lk.key)}, lk.token, ttl).Int64()
-}
-
-// fenceKey returns the key of the fence counter for the lock key key. Redis
-// Cluster requires both keys of the acquire script in one hash slot: the
-// counter's hash tag is the part of key that Redis hashes. Where that part
-// contains "}" it cannot be a tag; a tag of the same slot is used instead.
-func fenceKey(key string) string {
-	h := hashPart(key)
-	if strings.Contains(h, "}") {
-		h = slotTag(slot(h))
-	}
-	return "{" + h + "}:redislock:fence"
-}
-
-// hashPart returns the part of key that Redis Cluster hashes to find its
-// slot: the text between the first "{" and the first "}" after it, if that is
-// not empty, else the whole key.
-func hashPart(key string) string {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key[i+1 : i+1+j]
-		}
-	}
-	return key
-}
-
-// slot returns the Redis Cluster hash slot of a key's hash part: CRC16
-// (XMODEM) modulo 16384.
-func slot(h string) uint16 {
-	var crc uint16
-	for i := 0; i < len(h); i++ {
-		crc ^= uint16(h[i]) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % 16384
-}
-
-var slotTags sync.Map // slot (uint16) -> tag (string)
-
-// slotTag returns a short tag, free of "{" and "}", that hashes to slot s.
-func slotTag(s uint16) string {
-	if t, ok := slotTags.Load(s); ok {
-		return t.(string)
-	}
-	for i := 0; ; i++ {
-		if t := strconv.Itoa(i); slot(t) == s {
-			slotTags.Store(s, t)
-			return t
-		}
-	}
 }

@@ -45,7 +45,7 @@ func TestFencesIncrease(t *testing.T) {
 		plain, err := redislock.New(c1).Obtain(ctx, "plain", time.Minute)
 		require.NoError(t, err)
 		assert.Zero(t, plain.Fence())
-		assert.Equal(t, int64(0), c1.Exists(ctx, "{plain}:redislock:fence").Val())
+		assert.Equal(t, int64(0), c1.Exists(ctx, "{plain}:redislock:fence:plain").Val())
 		// Per call.
 		fenced, err := redislock.New(c1).Obtain(ctx, "per-call", time.Minute, redislock.WithFencing())
 		require.NoError(t, err)

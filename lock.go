@@ -38,9 +38,10 @@ import (
 // Sentinel-managed primary or a Cluster). It is safe for concurrent use and
 // meant to be shared: create one per client and keep it.
 type Locker struct {
-	client redis.UniversalClient
-	opts   options
-	keeper keeper // renews kept leases
+	client  redis.UniversalClient
+	opts    options
+	keeper  keeper  // renews kept leases
+	waiting waiting // Obtains waiting for contended keys
 }
 
 // New returns a Locker that acquires locks through client, a go-redis v9
@@ -110,6 +111,22 @@ func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *o
 	}
 	lk := &Lock{locker: l, key: key, token: newToken()}
 
+	// wt is set once this Obtain waits in line (see wait.go). It joins at
+	// once, without an attempt of its own, when others in this process wait
+	// for the key already: it is their turn first.
+	var wt *waiter
+	defer func() {
+		if wt != nil {
+			l.waiting.leave(wt)
+		}
+	}()
+	if o.wait != 0 && l.waiting.busy(key) {
+		wt = l.waiting.join(l, key, lk.token)
+		if err := l.waiting.await(ctx, wt); err != nil {
+			return nil, l.giveUp(lk, false, err)
+		}
+	}
+
 	// ambiguous is when the first attempt whose outcome is unknown started
 	// (its reply was lost): that attempt may have set the key, and if a later
 	// attempt finds the key holding our token, the lease runs from then.
@@ -117,37 +134,57 @@ func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *o
 	delay := o.minBackoff
 	for {
 		start := time.Now()
-		ours, err := l.acquire(ctx, lk, ttl, o)
-		if err == nil && ours {
+		a, err := l.acquire(ctx, lk, ttl, o, wt != nil)
+		if err == nil && a.ours {
 			if !ambiguous.IsZero() {
 				start = ambiguous
 			}
-			lk.until, lk.ttl = start.Add(ttl), ttl
+			lk.until, lk.ttl, lk.fence = start.Add(ttl), ttl, a.fence
 			return lk, nil
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, l.giveUp(lk, ambiguous, ctx.Err())
+				return nil, l.giveUp(lk, !ambiguous.IsZero() || wt != nil, ctx.Err())
 			}
 			if refused(err) {
 				// Retrying will not help, and nothing was written.
-				return nil, l.giveUp(lk, ambiguous, err)
+				return nil, l.giveUp(lk, !ambiguous.IsZero() || wt != nil, err)
 			}
 			if ambiguous.IsZero() {
 				ambiguous = start
 			}
 		}
 		if o.wait == 0 {
-			return nil, l.giveUp(lk, ambiguous, err)
+			return nil, l.giveUp(lk, !ambiguous.IsZero(), err)
 		}
-		t := time.NewTimer(delay)
+		if wt == nil {
+			wt = l.waiting.join(l, key, lk.token)
+			if err := l.waiting.await(ctx, wt); err != nil {
+				return nil, l.giveUp(lk, !ambiguous.IsZero(), err)
+			}
+			continue // subscribed now: look again before waiting
+		}
+
+		// Wait for a release to announce our turn, at most until the
+		// holder's lease ends or our place in the queue needs renewing.
+		// Without pub/sub, poll.
+		d := queueLease / 3
+		if !l.waiting.armed(wt) {
+			d = delay
+			delay = nextBackoff(delay, o)
+		}
+		if a.pttl >= 0 && a.pttl+time.Millisecond < d {
+			d = a.pttl + time.Millisecond
+		}
+		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, l.giveUp(lk, ambiguous, ctx.Err())
+			return nil, l.giveUp(lk, true, ctx.Err())
+		case <-wt.wake:
+			t.Stop()
 		case <-t.C:
 		}
-		delay = nextBackoff(delay, o)
 	}
 }
 
@@ -164,12 +201,14 @@ func (l *Locker) check(key string, ttl time.Duration, o *options) error {
 	return nil
 }
 
-// giveUp ends an Obtain that failed. If an attempt's outcome was unknown, the
-// key may hold our token although we never learned it: remove it
-// (compare-and-delete) so that no lock is left that nobody owns. cause is why
-// we stop (ctx's error, a Redis error, or nil when the lock stayed taken).
-func (l *Locker) giveUp(lk *Lock, ambiguous time.Time, cause error) error {
-	if !ambiguous.IsZero() {
+// giveUp ends an Obtain that failed. When an attempt's outcome was unknown,
+// the key may hold our token although we never learned it; when we waited in
+// line, our token may hold a place in the key's queue in Redis. Then forget
+// it (compare-and-delete, leave the queue), so that no lock or place is left
+// that nobody owns. cause is why we stop (ctx's error, a Redis error, or nil
+// when the lock stayed taken).
+func (l *Locker) giveUp(lk *Lock, forget bool, cause error) error {
+	if forget {
 		lk.forget()
 	}
 	if cause == nil {
@@ -178,35 +217,54 @@ func (l *Locker) giveUp(lk *Lock, ambiguous time.Time, cause error) error {
 	return fmt.Errorf("%w: %q: %w", ErrNotObtained, lk.key, cause)
 }
 
-// acquire makes one attempt to set the key to lk's token, and to issue its
-// fence with WithFencing. It reports whether the key now holds our token. If
-// ctx ends before Redis answers, the attempt is abandoned; should it still
-// succeed, the lock is removed again when the late reply arrives.
-func (l *Locker) acquire(ctx context.Context, lk *Lock, ttl time.Duration, o *options) (bool, error) {
-	fence, err := bounded(ctx, func(ctx context.Context) (int64, error) {
+// attempt is the outcome of one acquire attempt.
+type attempt struct {
+	ours  bool          // the key holds our token now
+	fence int64         // with WithFencing, the fence issued
+	pttl  time.Duration // when not ours: the holder's remaining lease, < 0 if unknown
+}
+
+// acquire makes one attempt to set the key to lk's token. queued attempts
+// wait in line in the key's queue in Redis. If ctx ends before Redis
+// answers, the attempt is abandoned; should it still succeed, the lock is
+// removed again when the late reply arrives.
+func (l *Locker) acquire(ctx context.Context, lk *Lock, ttl time.Duration, o *options, queued bool) (attempt, error) {
+	return bounded(ctx, func(ctx context.Context) (attempt, error) {
+		if !o.fencing && !queued {
+			// The uncontended path: one plain SET. NX: only if free. GET:
+			// the previous value tells a key already holding our own token
+			// (an earlier attempt whose reply was lost, or go-redis retrying
+			// this one after a reset) from another holder's.
+			prev, err := l.client.SetArgs(ctx, lk.key, lk.token, redis.SetArgs{Mode: "NX", TTL: ttl, Get: true}).Result()
+			switch {
+			case errors.Is(err, redis.Nil), err == nil && prev == lk.token:
+				return attempt{ours: true}, nil
+			case err != nil:
+				return attempt{}, err
+			}
+			return attempt{pttl: -1}, nil
+		}
+		fencing, lease := 0, int64(0)
 		if o.fencing {
-			return l.acquireFenced(ctx, lk, ttl.Milliseconds())
+			fencing = 1
 		}
-		// NX: only if free. GET: the previous value tells a key already
-		// holding our own token (an earlier attempt whose reply was lost, or
-		// go-redis retrying this one after a reset) from another holder's.
-		prev, err := l.client.SetArgs(ctx, lk.key, lk.token, redis.SetArgs{Mode: "NX", TTL: ttl, Get: true}).Result()
-		switch {
-		case errors.Is(err, redis.Nil), err == nil && prev == lk.token:
-			return 1, nil // ours now
-		case err != nil:
-			return 0, err
+		if queued {
+			lease = queueLease.Milliseconds()
 		}
-		return 0, nil
-	}, func(fence int64, err error) {
-		if fence > 0 || (err != nil && !refused(err)) {
+		keys := []string{lk.key, sideKey(lk.key, "fence"), sideKey(lk.key, "queue"), sideKey(lk.key, "places")}
+		res, err := acquireScript.Run(ctx, l.client, keys, lk.token, ttl.Milliseconds(), fencing, lease).Int64Slice()
+		if err != nil {
+			return attempt{}, err
+		}
+		if res[0] == 1 {
+			return attempt{ours: true, fence: res[1]}, nil
+		}
+		return attempt{pttl: time.Duration(res[1]) * time.Millisecond}, nil
+	}, func(a attempt, err error) {
+		if a.ours || (err != nil && !refused(err)) {
 			lk.forget()
 		}
 	})
-	if o.fencing {
-		lk.fence = fence
-	}
-	return fence > 0, err
 }
 
 // refused reports whether err is an error reply from Redis (wrong type at the
@@ -217,16 +275,18 @@ func refused(err error) bool {
 	return errors.As(err, &rerr) && !errors.Is(err, redis.Nil)
 }
 
-// forgetTimeout bounds the clean-up of a token an abandoned or failed acquire
-// may have left behind.
-const forgetTimeout = time.Second
+// forgetWait bounds how long a failing Obtain waits for the clean-up of its
+// token. The clean-up goes on after that, and takes effect when Redis
+// answers.
+const forgetWait = 100 * time.Millisecond
 
-// forget deletes the key if it holds lk's token, ignoring the outcome: the
-// lease expires by itself if this fails.
+// forget deletes the key if it holds lk's token, and takes the token out of
+// the key's queue, ignoring the outcome: a lease or a place in the queue
+// that is left expires by itself.
 func (lk *Lock) forget() {
-	ctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), forgetWait)
 	defer cancel()
-	_, _ = lk.run(ctx, releaseScript)
+	_, _ = lk.release(ctx)
 }
 
 // nextBackoff returns the delay after prev: drawn at random from
@@ -280,7 +340,7 @@ func (lk *Lock) Release(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	lk.stopKeeping()
-	n, err := lk.run(ctx, releaseScript)
+	n, err := lk.release(ctx)
 	if err != nil {
 		return err
 	}
@@ -342,6 +402,14 @@ func (lk *Lock) isReleased() bool {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
 	return lk.released
+}
+
+// release runs releaseScript for lk, bounded by ctx.
+func (lk *Lock) release(ctx context.Context) (int64, error) {
+	return bounded(ctx, func(ctx context.Context) (int64, error) {
+		keys := []string{lk.key, sideKey(lk.key, "queue"), sideKey(lk.key, "places")}
+		return releaseScript.Run(ctx, lk.locker.client, keys, lk.token, wakeChannel(lk.key)).Int64()
+	}, nil)
 }
 
 // run runs one of the compare-then-act scripts on lk's key and token, bounded
