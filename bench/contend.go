@@ -1,0 +1,228 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// keys are the Redis keys of one contended run.
+type keys struct {
+	lock    string // the one lock everyone fights for
+	counter string // incremented non-atomically under the lock
+}
+
+// record is one acquisition, in the run's clock (nanoseconds): when the
+// worker started asking for the lock, when it got it, and when it started
+// releasing it.
+type record [3]int64
+
+func (r record) asked() int64    { return r[0] }
+func (r record) acquired() int64 { return r[1] }
+func (r record) released() int64 { return r[2] }
+
+// workerResult is what one contending goroutine did.
+type workerResult struct {
+	Acquired    int      `json:"acquired"`
+	Timeouts    int      `json:"timeouts"`     // attempts that hit the bound
+	GaveUp      int      `json:"gave_up"`      // attempts that failed before the bound
+	ReleaseErrs int      `json:"release_errs"` // releases that returned an error
+	Errors      []string `json:"errors,omitempty"`
+	Records     []record `json:"records"`
+}
+
+// run is the outcome of one contended run, from one or several processes.
+// Start and End bound the measuring window in the clock of the records.
+type run struct {
+	Start   int64          `json:"start"`
+	End     int64          `json:"end"`
+	Workers []workerResult `json:"workers"`
+}
+
+// contendParams set up a contended run.
+type contendParams struct {
+	impl     impl
+	data     *redis.Client // for the critical section's GET/SET
+	keys     keys
+	workers  int
+	start    time.Time // when to begin (the run waits for it)
+	duration time.Duration
+	bound    time.Duration // give up on one acquisition after this long
+	cs       time.Duration // sleep inside the critical section
+	clock    func() int64  // timestamps of the records
+}
+
+// contend runs p.workers goroutines that take the lock on p.keys.lock in a
+// loop from p.start until p.start+p.duration, and returns when all of them
+// have stopped. An attempt still waiting at the end is seen through: it ends
+// acquired (and its critical section is run) or timed out at p.bound, so that
+// starved waiters show in the waits and timeouts.
+func contend(ctx context.Context, p contendParams) run {
+	if d := time.Until(p.start); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+	}
+	end := p.start.Add(p.duration)
+	r := run{Start: p.clock(), Workers: make([]workerResult, p.workers)}
+	r.End = r.Start + int64(time.Until(end))
+	var wg sync.WaitGroup
+	for i := range r.Workers {
+		wg.Go(func() { r.Workers[i] = worker(ctx, p, end) })
+	}
+	wg.Wait()
+	return r
+}
+
+// worker takes the lock again and again until end or until ctx (the whole
+// bench) is cancelled.
+func worker(ctx context.Context, p contendParams, end time.Time) workerResult {
+	var w workerResult
+	for ctx.Err() == nil && time.Now().Before(end) {
+		asked := p.clock()
+		actx, cancel := context.WithTimeout(ctx, p.bound)
+		unlock, err := p.impl.lock(actx, p.keys.lock)
+		timedOut := isTimeout(actx)
+		cancel()
+		if err != nil {
+			switch {
+			case ctx.Err() != nil: // interrupted
+			case timedOut:
+				w.Timeouts++
+			default:
+				w.GaveUp++
+				w.noteError(err)
+				time.Sleep(time.Millisecond) // no busy loop on a broken Redis
+			}
+			continue
+		}
+		acquired := p.clock()
+		criticalSection(p)
+		released := p.clock()
+		rctx, rcancel := context.WithTimeout(context.Background(), p.bound)
+		if err := unlock(rctx); err != nil {
+			w.ReleaseErrs++
+			w.noteError(err)
+		}
+		rcancel()
+		w.Acquired++
+		w.Records = append(w.Records, record{asked, acquired, released})
+	}
+	return w
+}
+
+// criticalSection increments the counter non-atomically (GET, sleep, SET):
+// two holders at once would lose an update. It runs to completion whatever
+// the run's context, so that every acquisition counts once.
+func criticalSection(p contendParams) {
+	ctx := context.Background()
+	n, err := p.data.Get(ctx, p.keys.counter).Int64()
+	if err != nil && err != redis.Nil {
+		n = math.MinInt32 // makes the check fail loudly
+	}
+	time.Sleep(p.cs)
+	p.data.Set(ctx, p.keys.counter, n+1, 0)
+}
+
+func (w *workerResult) noteError(err error) {
+	if len(w.Errors) < 3 && !slices.Contains(w.Errors, err.Error()) {
+		w.Errors = append(w.Errors, err.Error())
+	}
+}
+
+// contendStats summarises a run.
+type contendStats struct {
+	acquired    int
+	perSec      float64 // acquisitions inside the window per second
+	fairness    float64 // fewest acquisitions of a worker / mean
+	handoffP50  time.Duration
+	handoffP99  time.Duration
+	handoffs    int // hand-offs measured
+	waitP99     time.Duration
+	waitMax     time.Duration
+	timeouts    int
+	gaveUp      int
+	releaseErrs int
+	reacquired  int // acquisitions by the worker that held the lock just before
+	overlaps    int // an acquisition before the previous holder began to release
+	errors      []string
+}
+
+func analyse(r run) contendStats {
+	var s contendStats
+	type acq struct {
+		record
+		worker int
+	}
+	var all []acq
+	least := math.MaxInt
+	for i, w := range r.Workers {
+		s.acquired += w.Acquired
+		s.timeouts += w.Timeouts
+		s.gaveUp += w.GaveUp
+		s.releaseErrs += w.ReleaseErrs
+		least = min(least, w.Acquired)
+		for _, rec := range w.Records {
+			all = append(all, acq{rec, i})
+		}
+		for _, e := range w.Errors {
+			if len(s.errors) < 5 && !slices.Contains(s.errors, e) {
+				s.errors = append(s.errors, e)
+			}
+		}
+	}
+	if len(r.Workers) > 0 && s.acquired > 0 {
+		s.fairness = float64(least) / (float64(s.acquired) / float64(len(r.Workers)))
+	}
+
+	inWindow := 0
+	waits := make([]int64, 0, len(all))
+	for _, a := range all {
+		if a.acquired() >= r.Start && a.acquired() <= r.End {
+			inWindow++
+		}
+		waits = append(waits, a.acquired()-a.asked())
+	}
+	s.perSec = float64(inWindow) / (float64(r.End-r.Start) / float64(time.Second))
+	s.waitP99 = time.Duration(percentile(waits, 0.99))
+	s.waitMax = time.Duration(percentile(waits, 1))
+
+	// A hand-off is from a holder starting its release to another worker,
+	// which was already asking then, acquiring. The holder taking the lock
+	// again straight away is a re-acquisition, not a hand-off. Only the
+	// window counts: after it, the waiters left drain without competition.
+	slices.SortFunc(all, func(a, b acq) int { return cmp.Compare(a.acquired(), b.acquired()) })
+	var handoffs []int64
+	for i := 1; i < len(all); i++ {
+		prev, next := all[i-1], all[i]
+		switch {
+		case next.acquired() < prev.released():
+			s.overlaps++
+		case next.worker == prev.worker:
+			s.reacquired++
+		case next.asked() <= prev.released() && next.acquired() <= r.End:
+			handoffs = append(handoffs, next.acquired()-prev.released())
+		}
+	}
+	s.handoffs = len(handoffs)
+	s.handoffP50 = time.Duration(percentile(handoffs, 0.50))
+	s.handoffP99 = time.Duration(percentile(handoffs, 0.99))
+	return s
+}
+
+// percentile returns the q-quantile (nearest rank) of xs, sorting xs; 0 for
+// none.
+func percentile(xs []int64, q float64) int64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	i := int(math.Ceil(q*float64(len(xs)))) - 1
+	return xs[max(i, 0)]
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	bsm "github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	ours "github.com/seed5e0b76d9/redislock"
+)
+
+// impl is one lock implementation in one configuration. lock blocks until the
+// lock on key is held or ctx ends (each implementation is made to respect
+// ctx's deadline) and returns the function that releases it.
+type impl interface {
+	name() string
+	lock(ctx context.Context, key string) (unlock func(context.Context) error, err error)
+}
+
+// leaseTTL is the lease every implementation acquires: redsync's default
+// expiry, far longer than any critical section here, so no lease expires.
+const leaseTTL = 8 * time.Second
+
+// config names an implementation and builds it on a go-redis client. The
+// name is also what a child process is told to run (-child NAME).
+type config struct {
+	name string
+	desc string
+	make func(rdb *redis.Client) impl
+}
+
+// configs are the configurations compared, in table order.
+var configs = []config{
+	{"ours", "redislock, default options (jittered backoff 8ms..256ms)", func(rdb *redis.Client) impl {
+		return &oursImpl{n: "ours", l: ours.New(rdb)}
+	}},
+	{"ours-backoff-1ms-64ms", "redislock, WithBackoff(1ms, 64ms) (extra row, for comparison)", func(rdb *redis.Client) impl {
+		return &oursImpl{n: "ours-backoff-1ms-64ms", l: ours.New(rdb, ours.WithBackoff(time.Millisecond, 64*time.Millisecond))}
+	}},
+	{"bsm-linear-10ms", "bsm/redislock, LinearBackoff(10ms)", func(rdb *redis.Client) impl {
+		return &bsmImpl{n: "bsm-linear-10ms", c: bsm.New(rdb), retry: func() bsm.RetryStrategy { return bsm.LinearBackoff(10 * time.Millisecond) }}
+	}},
+	{"bsm-linear-1ms", "bsm/redislock, LinearBackoff(1ms)", func(rdb *redis.Client) impl {
+		return &bsmImpl{n: "bsm-linear-1ms", c: bsm.New(rdb), retry: func() bsm.RetryStrategy { return bsm.LinearBackoff(time.Millisecond) }}
+	}},
+	{"bsm-exp-1ms-64ms", "bsm/redislock, ExponentialBackoff(1ms, 64ms) (delays 4,8,16,32,64,64.. ms)", func(rdb *redis.Client) impl {
+		// ExponentialBackoff counts its calls: it must be fresh per Obtain.
+		return &bsmImpl{n: "bsm-exp-1ms-64ms", c: bsm.New(rdb), retry: func() bsm.RetryStrategy { return bsm.ExponentialBackoff(time.Millisecond, 64*time.Millisecond) }}
+	}},
+	{"redsync-default", "redsync, default options (32 tries, delay rand 50..250ms)", func(rdb *redis.Client) impl {
+		return &redsyncImpl{n: "redsync-default", rs: redsync.New(redsyncgoredis.NewPool(rdb))}
+	}},
+	{"redsync-delay-1ms", "redsync, WithRetryDelay(1ms), WithTries(MaxInt32)", func(rdb *redis.Client) impl {
+		return &redsyncImpl{n: "redsync-delay-1ms", rs: redsync.New(redsyncgoredis.NewPool(rdb)),
+			opts: []redsync.Option{redsync.WithRetryDelay(time.Millisecond), redsync.WithTries(math.MaxInt32)}}
+	}},
+}
+
+func findConfig(name string) (config, error) {
+	var names []string
+	for _, c := range configs {
+		if c.name == name {
+			return c, nil
+		}
+		names = append(names, c.name)
+	}
+	return config{}, fmt.Errorf("unknown implementation %q (have %s)", name, strings.Join(names, ", "))
+}
+
+// oursImpl adapts github.com/seed5e0b76d9/redislock.
+type oursImpl struct {
+	n string
+	l *ours.Locker
+}
+
+func (o *oursImpl) name() string { return o.n }
+
+func (o *oursImpl) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	lk, err := o.l.Obtain(ctx, key, leaseTTL)
+	if err != nil {
+		return nil, err
+	}
+	return lk.Release, nil
+}
+
+// bsmImpl adapts github.com/bsm/redislock. Obtain retries per its
+// RetryStrategy until ctx's deadline.
+type bsmImpl struct {
+	n     string
+	c     *bsm.Client
+	retry func() bsm.RetryStrategy
+}
+
+func (b *bsmImpl) name() string { return b.n }
+
+func (b *bsmImpl) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	lk, err := b.c.Obtain(ctx, key, leaseTTL, &bsm.Options{RetryStrategy: b.retry()})
+	if err != nil {
+		return nil, err
+	}
+	return lk.Release, nil
+}
+
+// redsyncImpl adapts github.com/go-redsync/redsync/v4 with a single pool. A
+// Mutex holds the state of one acquisition, so each lock makes a new one.
+type redsyncImpl struct {
+	n    string
+	rs   *redsync.Redsync
+	opts []redsync.Option
+}
+
+func (r *redsyncImpl) name() string { return r.n }
+
+func (r *redsyncImpl) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	m := r.rs.NewMutex(key, r.opts...)
+	if err := m.LockContext(ctx); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		ok, err := m.UnlockContext(ctx)
+		if err == nil && !ok {
+			err = redsync.ErrFailed
+		}
+		return err
+	}, nil
+}
