@@ -188,9 +188,9 @@ func (k *keeper) poke() {
 // lock) is tried again, at most.
 const renewRetry = 50 * time.Millisecond
 
-// loop renews due leases until there are none left. Leases due within a
-// sixth of their ttl are renewed together, so that many locks share a round
-// trip.
+// loop renews due leases until there are none left. It wakes when the
+// first lease is due and renews with it every lease due within a sixth of its
+// ttl, so that many locks share a round trip.
 func (k *keeper) loop(l *Locker) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -212,8 +212,8 @@ func (k *keeper) loop(l *Locker) {
 			if !le.due.After(now.Add(slack)) {
 				le.renewing = true
 				batch = append(batch, le)
-			} else if at := le.due.Add(-slack); at.Before(next) {
-				next = at
+			} else if le.due.Before(next) {
+				next = le.due
 			}
 		}
 		k.mu.Unlock()
