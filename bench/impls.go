@@ -37,12 +37,10 @@ type config struct {
 
 // configs are the configurations compared, in table order.
 var configs = []config{
-	{"ours", "redislock, default options (jittered backoff 8ms..256ms)", func(rdb *redis.Client) impl {
+	{"ours", "redislock, default options (waits on pub/sub wake-ups in a fair queue)", func(rdb *redis.Client) impl {
 		return &oursImpl{n: "ours", l: ours.New(rdb)}
 	}},
-	{"ours-backoff-1ms-64ms", "redislock, WithBackoff(1ms, 64ms) (extra row, for comparison)", func(rdb *redis.Client) impl {
-		return &oursImpl{n: "ours-backoff-1ms-64ms", l: ours.New(rdb, ours.WithBackoff(time.Millisecond, 64*time.Millisecond))}
-	}},
+
 	{"bsm-linear-10ms", "bsm/redislock, LinearBackoff(10ms)", func(rdb *redis.Client) impl {
 		return &bsmImpl{n: "bsm-linear-10ms", c: bsm.New(rdb), retry: func() bsm.RetryStrategy { return bsm.LinearBackoff(10 * time.Millisecond) }}
 	}},
