@@ -57,15 +57,18 @@ func (lk *Lock) Fence() int64 { return lk.fence }
 // and "fence"; read it with HGET key value. fence must be at least 1 (a Fence
 // of a Lock obtained WithFencing); key must not be empty.
 //
+// Fences are compared in Lua, whose numbers are exact up to 2^53: larger
+// fences are rejected with ErrInvalidOption (INCR never gets there).
+//
 // SetFenced uses client directly: the resource may live on another Redis
 // than the locks.
 func SetFenced(ctx context.Context, client redis.UniversalClient, key, value string, fence int64) error {
 	switch {
-	case client == nil:
+	case isNil(client):
 		return ErrNilClient
 	case key == "":
 		return ErrInvalidKey
-	case fence < 1:
+	case fence < 1 || fence > maxFence:
 		return fmt.Errorf("%w: fence %d: obtain the lock WithFencing and pass Lock.Fence()", ErrInvalidOption, fence)
 	}
 	res, err := bounded(ctx, func(ctx context.Context) ([]int64, error) {
@@ -79,3 +82,6 @@ func SetFenced(ctx context.Context, client redis.UniversalClient, key, value str
 	}
 	return nil
 }
+
+// maxFence is the largest fence SetFenced accepts: Lua numbers are doubles.
+const maxFence = 1 << 53

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	mathrand "math/rand/v2"
+	"reflect"
 	"sync"
 	"time"
 
@@ -51,7 +52,7 @@ type Locker struct {
 // ErrInvalidOption, ErrInvalidTTL).
 func New(client redis.UniversalClient, opts ...Option) *Locker {
 	o := defaultOptions().apply(opts)
-	if client == nil && o.err == nil {
+	if isNil(client) && o.err == nil {
 		o.err = ErrNilClient
 	}
 	return &Locker{client: client, opts: o}
@@ -121,9 +122,9 @@ func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *o
 		}
 	}()
 	if o.wait != 0 && l.waiting.busy(key) {
-		wt = l.waiting.join(l, key, lk.token)
+		wt = l.waiting.join(ctx, l, key, lk.token)
 		if err := l.waiting.await(ctx, wt); err != nil {
-			return nil, l.giveUp(lk, false, err)
+			return nil, l.giveUp(ctx, lk, false, err)
 		}
 	}
 
@@ -144,23 +145,23 @@ func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *o
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, l.giveUp(lk, !ambiguous.IsZero() || wt != nil, ctx.Err())
+				return nil, l.giveUp(ctx, lk, !ambiguous.IsZero() || wt != nil, ctx.Err())
 			}
 			if refused(err) {
 				// Retrying will not help, and nothing was written.
-				return nil, l.giveUp(lk, !ambiguous.IsZero() || wt != nil, err)
+				return nil, l.giveUp(ctx, lk, !ambiguous.IsZero() || wt != nil, err)
 			}
 			if ambiguous.IsZero() {
 				ambiguous = start
 			}
 		}
 		if o.wait == 0 {
-			return nil, l.giveUp(lk, !ambiguous.IsZero(), err)
+			return nil, l.giveUp(ctx, lk, !ambiguous.IsZero(), err)
 		}
 		if wt == nil {
-			wt = l.waiting.join(l, key, lk.token)
+			wt = l.waiting.join(ctx, l, key, lk.token)
 			if err := l.waiting.await(ctx, wt); err != nil {
-				return nil, l.giveUp(lk, !ambiguous.IsZero(), err)
+				return nil, l.giveUp(ctx, lk, !ambiguous.IsZero(), err)
 			}
 			continue // subscribed now: look again before waiting
 		}
@@ -180,12 +181,22 @@ func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *o
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, l.giveUp(lk, true, ctx.Err())
+			return nil, l.giveUp(ctx, lk, true, ctx.Err())
 		case <-wt.wake:
 			t.Stop()
 		case <-t.C:
 		}
 	}
+}
+
+// isNil reports whether client is nil, also as a nil pointer in a non-nil
+// interface (a nil *redis.Client).
+func isNil(client redis.UniversalClient) bool {
+	if client == nil {
+		return true
+	}
+	v := reflect.ValueOf(client)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // check validates a call's input before any I/O.
@@ -207,9 +218,9 @@ func (l *Locker) check(key string, ttl time.Duration, o *options) error {
 // it (compare-and-delete, leave the queue), so that no lock or place is left
 // that nobody owns. cause is why we stop (ctx's error, a Redis error, or nil
 // when the lock stayed taken).
-func (l *Locker) giveUp(lk *Lock, forget bool, cause error) error {
+func (l *Locker) giveUp(ctx context.Context, lk *Lock, forget bool, cause error) error {
 	if forget {
-		lk.forget()
+		lk.forget(ctx)
 	}
 	if cause == nil {
 		return fmt.Errorf("%w: %q is held by another owner", ErrNotObtained, lk.key)
@@ -262,7 +273,7 @@ func (l *Locker) acquire(ctx context.Context, lk *Lock, ttl time.Duration, o *op
 		return attempt{pttl: time.Duration(res[1]) * time.Millisecond}, nil
 	}, func(a attempt, err error) {
 		if a.ours || (err != nil && !refused(err)) {
-			lk.forget()
+			lk.forget(context.Background())
 		}
 	})
 }
@@ -276,17 +287,32 @@ func refused(err error) bool {
 }
 
 // forgetWait bounds how long a failing Obtain waits for the clean-up of its
-// token. The clean-up goes on after that, and takes effect when Redis
-// answers.
-const forgetWait = 100 * time.Millisecond
+// token, and forgetTimeout the clean-up itself. The clean-up goes on after
+// the Obtain returned, and takes effect when Redis answers.
+const (
+	forgetWait    = 100 * time.Millisecond
+	forgetTimeout = 5 * time.Second
+)
 
 // forget deletes the key if it holds lk's token, and takes the token out of
 // the key's queue, ignoring the outcome: a lease or a place in the queue
-// that is left expires by itself.
-func (lk *Lock) forget() {
-	ctx, cancel := context.WithTimeout(context.Background(), forgetWait)
-	defer cancel()
-	_, _ = lk.release(ctx)
+// that is left expires by itself. It waits for that at most forgetWait, and
+// not past the end of ctx, the caller's context.
+func (lk *Lock) forget(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
+		defer cancel()
+		_, _ = lk.releaseCall(fctx)
+	}()
+	t := time.NewTimer(forgetWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // nextBackoff returns the delay after prev: drawn at random from
@@ -406,10 +432,12 @@ func (lk *Lock) isReleased() bool {
 
 // release runs releaseScript for lk, bounded by ctx.
 func (lk *Lock) release(ctx context.Context) (int64, error) {
-	return bounded(ctx, func(ctx context.Context) (int64, error) {
-		keys := []string{lk.key, sideKey(lk.key, "queue"), sideKey(lk.key, "places")}
-		return releaseScript.Run(ctx, lk.locker.client, keys, lk.token, wakeChannel(lk.key)).Int64()
-	}, nil)
+	return bounded(ctx, lk.releaseCall, nil)
+}
+
+func (lk *Lock) releaseCall(ctx context.Context) (int64, error) {
+	keys := []string{lk.key, sideKey(lk.key, "queue"), sideKey(lk.key, "places")}
+	return releaseScript.Run(ctx, lk.locker.client, keys, lk.token, wakeChannel(lk.key)).Int64()
 }
 
 // run runs one of the compare-then-act scripts on lk's key and token, bounded

@@ -67,8 +67,9 @@ func (w *waiting) busy(key string) bool {
 }
 
 // join puts an Obtain for key in line and, for a key nobody in this process
-// waited for, subscribes to the key's channel.
-func (w *waiting) join(l *Locker, key, token string) *waiter {
+// waited for, subscribes to the key's channel, waiting for that at most until
+// ctx ends.
+func (w *waiting) join(ctx context.Context, l *Locker, key, token string) *waiter {
 	wt := &waiter{key: key, token: token, turn: make(chan struct{}), wake: make(chan struct{}, 1)}
 	w.mu.Lock()
 	q := w.queues[key]
@@ -90,7 +91,7 @@ func (w *waiting) join(l *Locker, key, token string) *waiter {
 		go w.receive(sub)
 	}
 	w.mu.Unlock()
-	sub.do(func(ctx context.Context, ps *redis.PubSub) error { return ps.Subscribe(ctx, wakeChannel(key)) })
+	sub.do(ctx, func(ctx context.Context, ps *redis.PubSub) error { return ps.Subscribe(ctx, wakeChannel(key)) })
 	return wt
 }
 
@@ -117,13 +118,15 @@ func (w *waiting) leave(wt *waiter) {
 		if len(w.queues) == 0 {
 			w.sub = nil
 			w.mu.Unlock()
-			sub.close()
+			// In the background: go-redis may hold the connection's lock
+			// while it dials, and the Obtain leaving must keep its deadline.
+			go sub.close()
 			return
 		}
 	}
 	w.mu.Unlock()
 	if last {
-		sub.do(func(ctx context.Context, ps *redis.PubSub) error { return ps.Unsubscribe(ctx, wakeChannel(wt.key)) })
+		sub.do(context.Background(), func(ctx context.Context, ps *redis.PubSub) error { return ps.Unsubscribe(ctx, wakeChannel(wt.key)) })
 	}
 }
 
@@ -207,7 +210,7 @@ func (w *waiting) receive(sub *subscription) {
 		}
 		w.mu.Unlock()
 		if resubscribe != "" {
-			sub.do(func(ctx context.Context, ps *redis.PubSub) error { return ps.Subscribe(ctx, resubscribe) })
+			sub.do(context.Background(), func(ctx context.Context, ps *redis.PubSub) error { return ps.Subscribe(ctx, resubscribe) })
 		}
 		if err != nil {
 			select {
@@ -240,10 +243,10 @@ func (s *subscription) isClosed() bool {
 	return s.closed
 }
 
-// do runs a (un)subscribe command, bounded: a subscription that fails only
-// means waiters poll.
-func (s *subscription) do(f func(context.Context, *redis.PubSub) error) {
-	ctx, cancel := context.WithTimeout(context.Background(), armTimeout)
+// do runs a (un)subscribe command, bounded by ctx and armTimeout: a
+// subscription that fails only means waiters poll.
+func (s *subscription) do(ctx context.Context, f func(context.Context, *redis.PubSub) error) {
+	ctx, cancel := context.WithTimeout(ctx, armTimeout)
 	defer cancel()
 	_, _ = bounded(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx, s.ps) }, nil)
 }
