@@ -213,58 +213,6 @@ func TestRefreshAndTTL(t *testing.T) {
 	})
 }
 
-func TestInvalidInput(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := ctxT(t, 5*time.Second)
-		rdb, n := b.client(t)
-		good := redislock.New(rdb)
-		held, err := good.Obtain(ctx, "held", time.Minute)
-		require.NoError(t, err)
-
-		cases := []struct {
-			name string
-			call func() error
-			want error
-		}{
-			{"empty key", func() error { _, err := good.Obtain(ctx, "", time.Second); return err }, redislock.ErrInvalidKey},
-			{"empty key try", func() error { _, err := good.TryObtain(ctx, "", time.Second); return err }, redislock.ErrInvalidKey},
-			{"zero ttl", func() error { _, err := good.Obtain(ctx, "k", 0); return err }, redislock.ErrInvalidTTL},
-			{"negative ttl", func() error { _, err := good.Obtain(ctx, "k", -time.Second); return err }, redislock.ErrInvalidTTL},
-			{"sub-ms ttl", func() error { _, err := good.TryObtain(ctx, "k", 999*time.Microsecond); return err }, redislock.ErrInvalidTTL},
-			{"nil option", func() error { _, err := good.Obtain(ctx, "k", time.Second, nil); return err }, redislock.ErrInvalidOption},
-			{"negative wait", func() error {
-				_, err := good.Obtain(ctx, "k", time.Second, redislock.WithWait(-time.Second))
-				return err
-			}, redislock.ErrInvalidOption},
-			{"zero backoff", func() error {
-				_, err := good.Obtain(ctx, "k", time.Second, redislock.WithBackoff(0, time.Second))
-				return err
-			}, redislock.ErrInvalidOption},
-			{"backoff out of order", func() error {
-				_, err := good.Obtain(ctx, "k", time.Second, redislock.WithBackoff(time.Second, time.Millisecond))
-				return err
-			}, redislock.ErrInvalidOption},
-			{"invalid option on New", func() error {
-				_, err := redislock.New(rdb, redislock.WithTTL(0)).Obtain(ctx, "k", time.Second)
-				return err
-			}, redislock.ErrInvalidTTL},
-			{"nil client", func() error { _, err := redislock.New(nil).Obtain(ctx, "k", time.Second); return err }, redislock.ErrNilClient},
-			{"refresh zero ttl", func() error { return held.Refresh(ctx, 0) }, redislock.ErrInvalidTTL},
-			{"refresh sub-ms ttl", func() error { return held.Refresh(ctx, time.Microsecond) }, redislock.ErrInvalidTTL},
-		}
-		for _, c := range cases {
-			t.Run(c.name, func(t *testing.T) {
-				before := n.Load()
-				err := c.call()
-				require.ErrorIs(t, err, c.want)
-				assert.NotEmpty(t, err.Error())
-				assert.Equal(t, before, n.Load(), "no command may reach Redis")
-			})
-		}
-		assert.Equal(t, []string{"held"}, rdb.Keys(ctx, "*").Val(), "nothing was written")
-	})
-}
-
 func TestWaiterGetsLock(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		rdb, _ := b.client(t)

@@ -1,0 +1,568 @@
+package redislock_test
+
+// Fault injection: Redis frozen, killed and restarted, its scripts flushed,
+// and the network black-holed between the client and Redis. Every test runs
+// against real redis-server processes (internal/redistest), mostly on go-redis
+// clients with default options, which do not stop a socket read when a ctx
+// deadline passes. Network faults made with toxiproxy are in toxi_test.go.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed5e0b76d9/redislock"
+	"github.com/seed5e0b76d9/redislock/internal/faultproxy"
+)
+
+const (
+	// hangDeadline is the ctx deadline of the calls made while Redis hangs,
+	// and hangMargin how late after it they may return.
+	hangDeadline = 300 * time.Millisecond
+	hangMargin   = 150 * time.Millisecond
+	// settle bounds how long a clean-up after a fault may take.
+	settle = 3 * time.Second
+	// timerSlack is how late a timer may fire on a loaded machine.
+	timerSlack = 50 * time.Millisecond
+)
+
+// defaultClient returns a go-redis client of addr with default options (no
+// ContextTimeoutEnabled, 3s ReadTimeout, 3 retries), closed with the test.
+func defaultClient(t testing.TB, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// timed calls f with a context that ends after d, and returns how long f took.
+func timed(d time.Duration, f func(ctx context.Context) error) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	start := time.Now()
+	err := f(ctx)
+	return time.Since(start), err
+}
+
+// hungCall is a call made while Redis or the network hangs.
+type hungCall struct {
+	name string
+	key  string // for acquires: the key that must not be left locked
+	call func(ctx context.Context) error
+}
+
+// hungCalls returns one call of every entry point that talks to Redis. The
+// locks rel, ref and ttl are held by locker; acquires use keys with the
+// prefix "orphan:".
+func hungCalls(t *testing.T, locker *redislock.Locker, rdb redis.UniversalClient, rel, ref, ttl *redislock.Lock) []hungCall {
+	return []hungCall{
+		{"Obtain", "orphan:obtain", func(ctx context.Context) error {
+			_, err := locker.Obtain(ctx, "orphan:obtain", time.Minute)
+			return err
+		}},
+		{"TryObtain", "orphan:try", func(ctx context.Context) error {
+			_, err := locker.TryObtain(ctx, "orphan:try", time.Minute)
+			return err
+		}},
+		{"Obtain WithFencing", "orphan:fenced", func(ctx context.Context) error {
+			_, err := locker.Obtain(ctx, "orphan:fenced", time.Minute, redislock.WithFencing())
+			return err
+		}},
+		{"WithLock", "orphan:withlock", func(ctx context.Context) error {
+			return locker.WithLock(ctx, "orphan:withlock", func(context.Context) error {
+				t.Error("fn called although the lock cannot have been obtained")
+				return nil
+			}, redislock.WithTTL(time.Minute))
+		}},
+		{"Release", "", func(ctx context.Context) error { return rel.Release(ctx) }},
+		{"Refresh", "", func(ctx context.Context) error { return ref.Refresh(ctx, time.Minute) }},
+		{"TTL", "", func(ctx context.Context) error { _, err := ttl.TTL(ctx); return err }},
+		{"SetFenced", "", func(ctx context.Context) error {
+			return redislock.SetFenced(ctx, rdb, "resource", "late", 7)
+		}},
+	}
+}
+
+// Redis hangs (frozen with SIGSTOP, or every byte held by a black-holed
+// network) and answers later: each call returns at its 300ms deadline, and an
+// abandoned acquire whose SET runs when Redis answers again leaves no lock
+// behind: the late reply makes the library delete it.
+func TestDeadlinesHoldWhenRedisHangs(t *testing.T) {
+	type hang struct {
+		name  string
+		setup func(t *testing.T, b *backend) (addr string, hang, resume func())
+	}
+	for _, h := range []hang{
+		{"redis frozen", func(t *testing.T, b *backend) (string, func(), func()) {
+			return b.addr, func() { b.srv.Freeze(t) }, func() { b.srv.Thaw(t) }
+		}},
+		{"network black hole", func(t *testing.T, b *backend) (string, func(), func()) {
+			p := faultproxy.New(t, b.addr)
+			return p.Addr(), p.Pause, p.Resume
+		}},
+	} {
+		t.Run(h.name, func(t *testing.T) {
+			b := realBackend(t)
+			addr, hang, resume := h.setup(t, b)
+			rdb := defaultClient(t, addr)
+			direct, _ := b.client(t)
+			locker := redislock.New(rdb)
+			ctx := ctxT(t, 30*time.Second)
+
+			rel, err := locker.Obtain(ctx, "held:release", time.Minute)
+			require.NoError(t, err)
+			ref, err := locker.Obtain(ctx, "held:refresh", time.Minute)
+			require.NoError(t, err)
+			ttl, err := locker.Obtain(ctx, "held:ttl", time.Minute)
+			require.NoError(t, err)
+			require.NoError(t, ttl.Refresh(ctx, time.Minute)) // scripts loaded
+			require.NoError(t, redislock.SetFenced(ctx, rdb, "resource", "v", 1))
+
+			setsBefore := cmdCalls(t, direct, "set")
+			hang()
+			calls := hungCalls(t, locker, rdb, rel, ref, ttl)
+			for _, c := range calls {
+				took, err := timed(hangDeadline, c.call)
+				assert.ErrorIs(t, err, context.DeadlineExceeded, c.name)
+				if c.key != "" {
+					assert.ErrorIs(t, err, redislock.ErrNotObtained, c.name)
+				}
+				assert.GreaterOrEqual(t, took, hangDeadline-5*time.Millisecond, "%s: Redis did not hang", c.name)
+				assert.Less(t, took, hangDeadline+hangMargin, "%s returned late", c.name)
+			}
+			resume()
+
+			// The abandoned calls run when Redis answers again. Acquires are
+			// undone when their late replies arrive.
+			for _, c := range calls {
+				if c.key == "" {
+					continue
+				}
+				assert.Eventually(t, func() bool { return direct.Exists(ctx, c.key).Val() == 0 }, settle, 20*time.Millisecond,
+					"%s: the acquire abandoned at its deadline left the lock %q behind (value %q, ttl %v)",
+					c.name, c.key, direct.Get(ctx, c.key).Val(), direct.PTTL(ctx, c.key).Val())
+			}
+			// The abandoned SETs did run once Redis answered: the keys were
+			// set and then deleted.
+			sets := cmdCalls(t, direct, "set") - setsBefore
+			t.Logf("%d abandoned SETs ran late", sets)
+			assert.Positive(t, sets, "no abandoned acquire ran: the test proves nothing")
+
+			// The abandoned Release may or may not have run (its EVALSHA
+			// found no script, and the EVAL was not sent past the deadline):
+			// the lock is still ours, or gone. Releasing it again settles it.
+			if v, err := direct.Get(ctx, "held:release").Result(); !errors.Is(err, redis.Nil) {
+				assert.Equal(t, rel.Token(), v)
+				assert.Positive(t, direct.PTTL(ctx, "held:release").Val())
+			}
+			if err := rel.Release(ctx); !errors.Is(err, redislock.ErrNotHeld) {
+				require.NoError(t, err)
+			}
+			assert.Equal(t, int64(0), direct.Exists(ctx, "held:release").Val())
+			// The abandoned Refresh did not change the owner.
+			assert.Equal(t, ref.Token(), direct.Get(ctx, "held:refresh").Val())
+			require.NoError(t, ref.Release(ctx))
+			require.NoError(t, ttl.Release(ctx))
+
+			// The same client works again at once.
+			took, err := timed(2*time.Second, func(ctx context.Context) error {
+				lk, err := locker.TryObtain(ctx, "after", time.Minute)
+				if err == nil {
+					err = lk.Release(ctx)
+				}
+				return err
+			})
+			require.NoError(t, err)
+			assert.Less(t, took, time.Second)
+			assertNoLockWithoutTTL(t, direct)
+		})
+	}
+}
+
+// An Obtain or TryObtain that gives up with a token of its own possibly
+// left in Redis (an attempt whose reply was lost, or a place in the key's
+// wait queue) keeps its deadline when Redis or the network then hangs or
+// keeps failing: its clean-up (a compare-and-delete) and the pub/sub
+// subscription of its wait go on in the background.
+//
+// Expected outcome: a clear error (ErrNotObtained) within the deadline
+// +150ms, and no orphan lock once the network is back.
+func TestObtainGivingUpKeepsDeadline(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	tryObtain := func(ctx context.Context, l *redislock.Locker) error {
+		_, err := l.TryObtain(ctx, "k", time.Second)
+		return err
+	}
+	obtain := func(ctx context.Context, l *redislock.Locker) error {
+		_, err := l.Obtain(ctx, "k", time.Second)
+		return err
+	}
+	const deadline = 600 * time.Millisecond
+	check := func(t *testing.T, direct *redis.Client, took time.Duration, err error) {
+		t.Helper()
+		t.Logf("returned after %v: %v", took, err)
+		require.ErrorIs(t, err, redislock.ErrNotObtained)
+		assert.Less(t, took, deadline+hangMargin, "returned after its deadline: %v", err)
+		if v, err := direct.Get(ctx, "k").Result(); err == nil && v != "holder" {
+			if pttl := direct.PTTL(ctx, "k").Val(); pttl != -2 { // -2: cleaned up meanwhile
+				assert.Positive(t, pttl, "orphan lock without expiry")
+			}
+			assert.Eventually(t, func() bool { return direct.Get(ctx, "k").Val() != v }, settle, 10*time.Millisecond, "orphan lock")
+		}
+	}
+
+	// The SET's reply is lost, then the network hangs. No go-redis retries,
+	// so that the lost reply reaches the library.
+	for name, call := range map[string]func(context.Context, *redislock.Locker) error{"TryObtain": tryObtain, "Obtain": obtain} {
+		t.Run("lost reply then black hole/"+name, func(t *testing.T) {
+			b := realBackend(t)
+			direct, _ := b.client(t)
+			proxy := faultproxy.New(t, b.addr)
+			rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
+			t.Cleanup(func() { _ = rdb.Close() })
+			require.NoError(t, releaseScriptLoaded(ctx, rdb))
+			rdb.AddHook(&afterCmd{cmd: "set", failed: true, do: proxy.Pause})
+			t.Cleanup(proxy.Resume)
+			proxy.DropNextReply(faultproxy.MatchCommand("set"))
+			took, err := timed(deadline, func(ctx context.Context) error { return call(ctx, redislock.New(rdb)) })
+			proxy.Resume()
+			check(t, direct, took, err)
+		})
+	}
+
+	// Default client options from here on.
+	t.Run("contended, black hole as Obtain starts to wait", func(t *testing.T) {
+		b := realBackend(t)
+		direct, _ := b.client(t)
+		require.NoError(t, direct.Set(ctx, "k", "holder", time.Minute).Err())
+		proxy := faultproxy.New(t, b.addr)
+		rdb := defaultClient(t, proxy.Addr())
+		require.NoError(t, releaseScriptLoaded(ctx, rdb))
+		rdb.AddHook(&afterCmd{cmd: "set", do: proxy.Pause}) // the SET found the key held
+		t.Cleanup(proxy.Resume)
+		took, err := timed(deadline, func(ctx context.Context) error { return obtain(ctx, redislock.New(rdb)) })
+		proxy.Resume()
+		check(t, direct, took, err)
+	})
+	t.Run("contended, Redis freezes while Obtain waits", func(t *testing.T) {
+		b := realBackend(t)
+		direct, _ := b.client(t)
+		require.NoError(t, direct.Set(ctx, "k", "holder", time.Minute).Err())
+		rdb := defaultClient(t, b.addr)
+		type result struct {
+			took time.Duration
+			err  error
+		}
+		done := make(chan result, 1)
+		go func() {
+			took, err := timed(deadline, func(ctx context.Context) error { return obtain(ctx, redislock.New(rdb)) })
+			done <- result{took, err}
+		}()
+		time.Sleep(deadline / 2)
+		b.srv.Freeze(t)
+		r := <-done
+		b.srv.Thaw(t)
+		check(t, direct, r.took, r.err)
+	})
+	for _, tc := range []struct {
+		name, toxic, stream string
+		attrs               map[string]any
+	}{
+		{"lasting resets", "reset_peer", "upstream", map[string]any{"timeout": 0}},
+		{"truncated replies", "limit_data", "downstream", map[string]any{"bytes": 2}},
+	} {
+		for name, call := range map[string]func(context.Context, *redislock.Locker) error{"TryObtain": tryObtain, "Obtain": obtain} {
+			t.Run(tc.name+"/"+name, func(t *testing.T) {
+				x, rdb, direct, locker := toxiSetup(t)
+				require.NoError(t, rdb.Ping(ctx).Err())
+				x.add("fault", tc.toxic, tc.stream, tc.attrs)
+				took, err := timed(deadline, func(ctx context.Context) error { return call(ctx, locker) })
+				check(t, direct, took, err)
+			})
+		}
+	}
+}
+
+// releaseScriptLoaded makes sure the scripts are in Redis's cache, so that the
+// clean-up of a test is one EVALSHA.
+func releaseScriptLoaded(ctx context.Context, rdb *redis.Client) error {
+	lk, err := redislock.New(rdb).TryObtain(ctx, "warm-up", time.Minute)
+	if err != nil {
+		return err
+	}
+	return lk.Release(ctx)
+}
+
+// afterCmd is a go-redis hook that calls do once, after a command named cmd
+// has returned: with a network error (after go-redis's own retries) when
+// failed is set, else successfully.
+type afterCmd struct {
+	cmd    string
+	failed bool
+	do     func()
+	once   sync.Once
+}
+
+func (h *afterCmd) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *afterCmd) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		failed := err != nil && !errors.Is(err, redis.Nil)
+		if failed == h.failed && strings.EqualFold(cmd.Name(), h.cmd) {
+			h.once.Do(h.do)
+		}
+		return err
+	}
+}
+
+func (h *afterCmd) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Redis is killed (-9) and restarted empty on the same port. Holders keeping
+// their lease learn that the lock is lost (ErrLockLost) within the lease, and
+// the same client obtains locks again as soon as Redis is back.
+func TestRestartWithoutPersistenceIsLoud(t *testing.T) {
+	b := realBackend(t)
+	rdb, _ := b.client(t) // default options
+	locker := redislock.New(rdb)
+	ctx := ctxT(t, 20*time.Second)
+	const ttl = time.Second
+
+	// One holder with WithLock, one with Obtain and KeepAlive.
+	withLockLost := make(chan loss, 1)
+	withLockErr := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		withLockErr <- locker.WithLock(ctx, "job:withlock", func(ctx context.Context) error {
+			close(started)
+			<-ctx.Done()
+			withLockLost <- loss{time.Now(), context.Cause(ctx)}
+			return nil
+		}, redislock.WithTTL(ttl))
+	}()
+	<-started
+	kept, err := locker.Obtain(ctx, "job:kept", ttl)
+	require.NoError(t, err)
+	kctx := kept.KeepAlive(ctx)
+	keptLost := watchLoss(kctx)
+
+	time.Sleep(ttl / 2) // renewals are working
+	require.NoError(t, kctx.Err())
+	killedAt := time.Now()
+	b.srv.Kill(t)
+	b.srv.Restart(t)
+	t.Logf("redis down for %v", time.Since(killedAt))
+
+	// New acquisitions work at once, on the same client.
+	took, err := timed(2*time.Second, func(ctx context.Context) error {
+		_, err := locker.TryObtain(ctx, "fresh", time.Minute)
+		return err
+	})
+	require.NoError(t, err, "TryObtain right after the restart")
+	assert.Less(t, took, 500*time.Millisecond)
+	took, err = timed(2*time.Second, func(ctx context.Context) error {
+		_, err := locker.Obtain(ctx, "fresh:2", time.Minute)
+		return err
+	})
+	require.NoError(t, err)
+	assert.Less(t, took, 500*time.Millisecond)
+
+	expectLoss(t, withLockLost, killedAt, ttl)
+	expectLoss(t, keptLost, killedAt, ttl)
+	assert.ErrorIs(t, <-withLockErr, redislock.ErrLockLost, "WithLock's error")
+	assertNoLockWithoutTTL(t, rdb)
+}
+
+// With appendfsync always, a lock survives a crash and a restart quicker
+// than its lease: its holder keeps it (the KeepAlive context is not
+// cancelled), renewals go on although the restart emptied the script cache,
+// and fences keep increasing.
+func TestRestartWithAOFKeepsLock(t *testing.T) {
+	b := realBackend(t, "--appendonly", "yes", "--appendfsync", "always")
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb)
+	ctx := ctxT(t, 20*time.Second)
+	const ttl = 3 * time.Second
+
+	fenced, err := locker.Obtain(ctx, "fenced", time.Minute, redislock.WithFencing())
+	require.NoError(t, err)
+	require.NoError(t, fenced.Release(ctx))
+
+	lock, err := locker.Obtain(ctx, "job", ttl)
+	require.NoError(t, err)
+	obtainedAt := time.Now()
+	lctx := lock.KeepAlive(ctx)
+	withLockErr := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		withLockErr <- locker.WithLock(ctx, "job:withlock", func(ctx context.Context) error {
+			close(started)
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(ttl + 1500*time.Millisecond):
+				return nil
+			}
+		}, redislock.WithTTL(ttl))
+	}()
+	<-started
+
+	time.Sleep(500 * time.Millisecond)
+	down := time.Now()
+	b.srv.Kill(t)
+	b.srv.Restart(t)
+	require.Less(t, time.Since(down), ttl/2, "the restart is too slow for this test")
+
+	// Hold past the lease: only renewals after the restart keep the lock.
+	time.Sleep(time.Until(obtainedAt.Add(ttl + time.Second)))
+	require.NoError(t, lctx.Err(), "lease lost across the restart: %v", context.Cause(lctx))
+	assert.Equal(t, lock.Token(), rdb.Get(ctx, "job").Val())
+	pttl := rdb.PTTL(ctx, "job").Val()
+	assert.Positive(t, pttl)
+	assert.LessOrEqual(t, pttl, ttl)
+	require.NoError(t, <-withLockErr, "WithLock across the restart")
+
+	// The scripts were flushed by the restart: the calls reload them.
+	require.NoError(t, lock.Refresh(ctx, ttl))
+	_, err = lock.TTL(ctx)
+	require.NoError(t, err)
+	require.NoError(t, lock.Release(ctx))
+	assert.Equal(t, int64(0), rdb.Exists(ctx, "job").Val())
+
+	again, err := locker.Obtain(ctx, "fenced", time.Minute, redislock.WithFencing())
+	require.NoError(t, err)
+	assert.Greater(t, again.Fence(), fenced.Fence(), "the fence counter survived the restart")
+	require.NoError(t, again.Release(ctx))
+}
+
+// SCRIPT FLUSH, over and over, while many leases are kept alive and locks
+// are acquired (fenced, and waiting in line for each other), refreshed,
+// inspected, written with and released: nothing fails.
+func TestScriptFlushUnderLoad(t *testing.T) {
+	b := realBackend(t)
+	rdb, _ := b.client(t)
+	flusher, _ := b.client(t)
+	locker := redislock.New(rdb)
+	ctx := ctxT(t, 20*time.Second)
+	const ttl = 300 * time.Millisecond
+
+	var kept []context.Context
+	var locks []*redislock.Lock
+	for i := 0; i < 20; i++ {
+		lk, err := locker.Obtain(ctx, "kept:"+string(rune('a'+i)), ttl)
+		require.NoError(t, err)
+		locks = append(locks, lk)
+		kept = append(kept, lk.KeepAlive(ctx))
+	}
+
+	stop := make(chan struct{})
+	var flushes atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if err := flusher.ScriptFlush(ctx).Err(); err != nil {
+				t.Error(err)
+				return
+			}
+			flushes.Add(1)
+		}
+	})
+	var rounds atomic.Int64
+	for w := 0; w < 3; w++ {
+		wg.Go(func() {
+			key := "cycle:" + string(rune('0'+w%2)) // workers 0 and 2 contend: they wait in line
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				lk, err := locker.Obtain(ctx, key, time.Minute, redislock.WithFencing())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, err := range []error{
+					lk.Refresh(ctx, time.Minute),
+					func() error { _, err := lk.TTL(ctx); return err }(),
+					redislock.SetFenced(ctx, rdb, "resource:"+key, "v", lk.Fence()),
+					lk.Release(ctx),
+				} {
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				rounds.Add(1)
+			}
+		})
+	}
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	t.Logf("%d SCRIPT FLUSH, %d acquire-refresh-ttl-write-release rounds", flushes.Load(), rounds.Load())
+	assert.Greater(t, flushes.Load(), int64(20))
+	assert.Greater(t, rounds.Load(), int64(10))
+
+	for i, lctx := range kept {
+		require.NoError(t, lctx.Err(), "lease %d lost: %v", i, context.Cause(lctx))
+		require.NoError(t, locks[i].Release(ctx))
+	}
+	assert.Empty(t, rdb.Keys(ctx, "kept:*").Val())
+	assert.Empty(t, rdb.Keys(ctx, "cycle:*").Val())
+}
+
+// cmdCalls returns how many times Redis has run the command name.
+func cmdCalls(t *testing.T, rdb redis.UniversalClient, name string) int64 {
+	t.Helper()
+	info, err := rdb.Info(ctxT(t, 5*time.Second), "commandstats").Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":calls="); ok {
+			n, _, _ := strings.Cut(rest, ",")
+			v, err := strconv.ParseInt(n, 10, 64)
+			require.NoError(t, err)
+			return v
+		}
+	}
+	return 0
+}
+
+// assertNoLockWithoutTTL fails if a key other than a fence counter or a
+// fenced resource has no expiry: a lock nobody can ever take again.
+func assertNoLockWithoutTTL(t *testing.T, rdb redis.UniversalClient) {
+	t.Helper()
+	ctx := ctxT(t, 5*time.Second)
+	var cursor uint64
+	for {
+		keys, next, err := rdb.Scan(ctx, cursor, "*", 100).Result()
+		require.NoError(t, err)
+		for _, k := range keys {
+			if strings.Contains(k, "}:redislock:fence") || strings.HasPrefix(k, "resource") {
+				continue
+			}
+			if pttl, err := rdb.PTTL(ctx, k).Result(); err == nil && pttl == -1 {
+				t.Errorf("key %q has no expiry: an orphan lock", k)
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return
+		}
+	}
+}
