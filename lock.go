@@ -121,17 +121,23 @@ func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *o
 			l.waiting.leave(wt)
 		}
 	}()
-	if o.wait != 0 && l.waiting.busy(key) {
+	line := func() error {
 		wt = l.waiting.join(ctx, l, key, lk.token)
-		if err := l.waiting.await(ctx, wt); err != nil {
-			return nil, l.giveUp(ctx, lk, false, err)
-		}
+		return l.waiting.await(ctx, wt)
 	}
-
 	// ambiguous is when the first attempt whose outcome is unknown started
 	// (its reply was lost): that attempt may have set the key, and if a later
 	// attempt finds the key holding our token, the lease runs from then.
 	var ambiguous time.Time
+	fail := func(cause error) error {
+		return l.giveUp(ctx, lk, !ambiguous.IsZero() || wt != nil, cause)
+	}
+
+	if o.wait != 0 && l.waiting.busy(key) {
+		if err := line(); err != nil {
+			return nil, fail(err)
+		}
+	}
 	delay := o.minBackoff
 	for {
 		start := time.Now()
@@ -145,23 +151,21 @@ func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *o
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, l.giveUp(ctx, lk, !ambiguous.IsZero() || wt != nil, ctx.Err())
+				return nil, fail(ctx.Err())
 			}
 			if refused(err) {
-				// Retrying will not help, and nothing was written.
-				return nil, l.giveUp(ctx, lk, !ambiguous.IsZero() || wt != nil, err)
+				return nil, fail(err) // retrying will not help
 			}
 			if ambiguous.IsZero() {
 				ambiguous = start
 			}
 		}
 		if o.wait == 0 {
-			return nil, l.giveUp(ctx, lk, !ambiguous.IsZero(), err)
+			return nil, fail(err)
 		}
 		if wt == nil {
-			wt = l.waiting.join(ctx, l, key, lk.token)
-			if err := l.waiting.await(ctx, wt); err != nil {
-				return nil, l.giveUp(ctx, lk, !ambiguous.IsZero(), err)
+			if err := line(); err != nil {
+				return nil, fail(err)
 			}
 			continue // subscribed now: look again before waiting
 		}
@@ -181,7 +185,7 @@ func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *o
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, l.giveUp(ctx, lk, true, ctx.Err())
+			return nil, fail(ctx.Err())
 		case <-wt.wake:
 			t.Stop()
 		case <-t.C:
