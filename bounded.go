@@ -3,6 +3,8 @@ package redislock
 import (
 	"context"
 	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // bounded runs f, a call to Redis, and returns when f returns or when ctx is
@@ -15,13 +17,21 @@ import (
 // Redis call of this package goes through bounded so that its deadlines hold
 // whatever the client's options.
 //
-// When ctx ends first, bounded returns ctx's error at once and f goes on in
-// its goroutine until go-redis gives up on its own (ReadTimeout, retries);
-// then late, if not nil, is called with f's outcome, so that the caller can
-// undo what the abandoned call may have done (an acquire that succeeded after
-// all). No goroutine outlives f.
-func bounded[T any](ctx context.Context, f func(context.Context) (T, error), late func(T, error)) (T, error) {
+// To do so, f runs in a goroutine of its own. When ctx ends first, bounded
+// returns ctx's error at once and f goes on until go-redis gives up on its
+// own (ReadTimeout, retries); then late, if not nil, is called with f's
+// outcome, so that the caller can undo what the abandoned call may have done
+// (an acquire that succeeded after all). No goroutine outlives f.
+//
+// direct says that the client stops its own reads and writes at ctx's
+// deadline (see honoursDeadlines). Then a ctx with a deadline needs no
+// goroutine, which saves a goroutine hand-off per call; a ctx that can be
+// cancelled without a deadline still does.
+func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T, error), late func(T, error)) (T, error) {
 	if ctx.Done() == nil { // cannot be cancelled: nothing to bound
+		return f(ctx)
+	}
+	if _, ok := ctx.Deadline(); ok && direct {
 		return f(ctx)
 	}
 	var zero T
@@ -57,4 +67,17 @@ func bounded[T any](ctx context.Context, f func(context.Context) (T, error), lat
 		r := <-done // f finished as ctx ended: its outcome wins
 		return r.v, r.err
 	}
+}
+
+// honoursDeadlines reports whether client stops its socket reads and writes
+// at a ctx's deadline: a *redis.Client or *redis.ClusterClient created with
+// ContextTimeoutEnabled.
+func honoursDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case interface{ Options() *redis.Options }:
+		return c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.ClusterOptions }:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }

@@ -566,3 +566,29 @@ func assertNoLockWithoutTTL(t *testing.T, rdb redis.UniversalClient) {
 		}
 	}
 }
+
+// With ContextTimeoutEnabled, calls with a deadline skip the goroutine of
+// bounded: go-redis's own deadline must then hold against a frozen Redis.
+func TestDeadlinesHoldWithContextTimeoutEnabled(t *testing.T) {
+	b := realBackend(t)
+	rdb, _ := b.client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	locker := redislock.New(rdb)
+	ctx := ctxT(t, 20*time.Second)
+	held, err := locker.Obtain(ctx, "held", time.Minute)
+	require.NoError(t, err)
+
+	b.srv.Freeze(t)
+	for name, call := range map[string]func(context.Context) error{
+		"Obtain":  func(ctx context.Context) error { _, err := locker.Obtain(ctx, "k", time.Minute); return err },
+		"Refresh": func(ctx context.Context) error { return held.Refresh(ctx, time.Minute) },
+		"Release": func(ctx context.Context) error { return held.Release(ctx) },
+	} {
+		took, err := timed(hangDeadline, call)
+		assert.ErrorIs(t, err, context.DeadlineExceeded, name)
+		assert.Less(t, took, hangDeadline+hangMargin, "%s returned late", name)
+	}
+	b.srv.Thaw(t)
+	lock, err := locker.Obtain(ctx, "k2", time.Minute)
+	require.NoError(t, err, "the client works again after the freeze")
+	require.NoError(t, lock.Release(ctx))
+}

@@ -71,7 +71,7 @@ func SetFenced(ctx context.Context, client redis.UniversalClient, key, value str
 	case fence < 1 || fence > maxFence:
 		return fmt.Errorf("%w: fence %d: obtain the lock WithFencing and pass Lock.Fence()", ErrInvalidOption, fence)
 	}
-	res, err := bounded(ctx, func(ctx context.Context) ([]int64, error) {
+	res, err := bounded(ctx, honoursDeadlines(client), func(ctx context.Context) ([]int64, error) {
 		return fencedSetScript.Run(ctx, client, []string{key}, value, fence).Int64Slice()
 	}, nil)
 	if err != nil {

@@ -252,7 +252,7 @@ func (k *keeper) renew(l *Locker, batch []*lease) {
 	defer cancel()
 	// The round trip settles its leases itself, also when it is abandoned:
 	// they stay marked as renewing until then, and their expiry timers run.
-	_, _ = bounded(ctx, func(ctx context.Context) (struct{}, error) {
+	_, _ = bounded(ctx, l.direct, func(ctx context.Context) (struct{}, error) {
 		res, err := l.refreshAll(ctx, batch, ttls)
 		k.settle(batch, ttls, start, res, err)
 		return struct{}{}, nil

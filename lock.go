@@ -41,13 +41,20 @@ import (
 type Locker struct {
 	client  redis.UniversalClient
 	opts    options
+	direct  bool    // the client honours ctx deadlines itself (see bounded)
 	keeper  keeper  // renews kept leases
 	waiting waiting // Obtains waiting for contended keys
 }
 
 // New returns a Locker that acquires locks through client, a go-redis v9
 // client of any kind. opts set the Locker's defaults; each call may override
-// them. New does not contact Redis. A nil client or an invalid option is
+// them. New does not contact Redis.
+//
+// The deadlines of ctx hold with any client options. With a client whose
+// options set ContextTimeoutEnabled, go-redis stops its own socket reads at
+// the deadline and calls with a deadline are made directly; otherwise each
+// call that can be cancelled runs in a goroutine of its own, which costs a
+// goroutine hand-off per call. A nil client or an invalid option is
 // reported by every call on the returned Locker (ErrNilClient,
 // ErrInvalidOption, ErrInvalidTTL).
 func New(client redis.UniversalClient, opts ...Option) *Locker {
@@ -55,7 +62,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	if isNil(client) && o.err == nil {
 		o.err = ErrNilClient
 	}
-	return &Locker{client: client, opts: o}
+	return &Locker{client: client, opts: o, direct: !isNil(client) && honoursDeadlines(client)}
 }
 
 // A Lock is one acquisition of a key. It is safe for concurrent use. A Lock
@@ -150,14 +157,14 @@ func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *o
 			return lk, nil
 		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, fail(ctx.Err())
-			}
 			if refused(err) {
 				return nil, fail(err) // retrying will not help
 			}
 			if ambiguous.IsZero() {
 				ambiguous = start
+			}
+			if ctx.Err() != nil {
+				return nil, fail(ctx.Err())
 			}
 		}
 		if o.wait == 0 {
@@ -244,7 +251,7 @@ type attempt struct {
 // answers, the attempt is abandoned; should it still succeed, the lock is
 // removed again when the late reply arrives.
 func (l *Locker) acquire(ctx context.Context, lk *Lock, ttl time.Duration, o *options, queued bool) (attempt, error) {
-	return bounded(ctx, func(ctx context.Context) (attempt, error) {
+	return bounded(ctx, l.direct, func(ctx context.Context) (attempt, error) {
 		if !o.fencing && !queued {
 			// The uncontended path: one plain SET. NX: only if free. GET:
 			// the previous value tells a key already holding our own token
@@ -436,7 +443,7 @@ func (lk *Lock) isReleased() bool {
 
 // release runs releaseScript for lk, bounded by ctx.
 func (lk *Lock) release(ctx context.Context) (int64, error) {
-	return bounded(ctx, lk.releaseCall, nil)
+	return bounded(ctx, lk.locker.direct, lk.releaseCall, nil)
 }
 
 func (lk *Lock) releaseCall(ctx context.Context) (int64, error) {
@@ -447,7 +454,7 @@ func (lk *Lock) releaseCall(ctx context.Context) (int64, error) {
 // run runs one of the compare-then-act scripts on lk's key and token, bounded
 // by ctx.
 func (lk *Lock) run(ctx context.Context, s *redis.Script, args ...any) (int64, error) {
-	return bounded(ctx, func(ctx context.Context) (int64, error) {
+	return bounded(ctx, lk.locker.direct, func(ctx context.Context) (int64, error) {
 		return s.Run(ctx, lk.locker.client, []string{lk.key}, append([]any{lk.token}, args...)...).Int64()
 	}, nil)
 }

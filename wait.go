@@ -248,7 +248,7 @@ func (s *subscription) isClosed() bool {
 func (s *subscription) do(ctx context.Context, f func(context.Context, *redis.PubSub) error) {
 	ctx, cancel := context.WithTimeout(ctx, armTimeout)
 	defer cancel()
-	_, _ = bounded(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx, s.ps) }, nil)
+	_, _ = bounded(ctx, false, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx, s.ps) }, nil)
 }
 
 // close closes the connection and waits for receive to return.

@@ -31,7 +31,7 @@ func runChild(ctx context.Context, f flags, c childFlags) error {
 	if err != nil {
 		return err
 	}
-	lockRDB, err := newClient(f.redisURL)
+	lockRDB, err := cfg.lockClient(f.redisURL)
 	if err != nil {
 		return err
 	}

@@ -33,31 +33,50 @@ type config struct {
 	name string
 	desc string
 	make func(rdb *redis.Client) impl
+	// contextTimeout sets ContextTimeoutEnabled on the configuration's lock
+	// client (go-redis then stops socket reads at ctx deadlines itself).
+	contextTimeout bool
+}
+
+// lockClient returns a client for the configuration's lock operations.
+func (c config) lockClient(url string) (*redis.Client, error) {
+	rdb, err := newClient(url)
+	if err == nil && c.contextTimeout {
+		opt := rdb.Options()
+		_ = rdb.Close()
+		o := *opt
+		o.ContextTimeoutEnabled = true
+		rdb = redis.NewClient(&o)
+	}
+	return rdb, err
 }
 
 // configs are the configurations compared, in table order.
 var configs = []config{
 	{"ours", "redislock, default options (waits on pub/sub wake-ups in a fair queue)", func(rdb *redis.Client) impl {
 		return &oursImpl{n: "ours", l: ours.New(rdb)}
-	}},
+	}, false},
+	{"ours-ctx-timeout", "redislock, default options, on a client with ContextTimeoutEnabled (no goroutine per call)", func(rdb *redis.Client) impl {
+		return &oursImpl{n: "ours-ctx-timeout", l: ours.New(rdb)}
+	}, true},
 
 	{"bsm-linear-10ms", "bsm/redislock, LinearBackoff(10ms)", func(rdb *redis.Client) impl {
 		return &bsmImpl{n: "bsm-linear-10ms", c: bsm.New(rdb), retry: func() bsm.RetryStrategy { return bsm.LinearBackoff(10 * time.Millisecond) }}
-	}},
+	}, false},
 	{"bsm-linear-1ms", "bsm/redislock, LinearBackoff(1ms)", func(rdb *redis.Client) impl {
 		return &bsmImpl{n: "bsm-linear-1ms", c: bsm.New(rdb), retry: func() bsm.RetryStrategy { return bsm.LinearBackoff(time.Millisecond) }}
-	}},
+	}, false},
 	{"bsm-exp-1ms-64ms", "bsm/redislock, ExponentialBackoff(1ms, 64ms) (delays 4,8,16,32,64,64.. ms)", func(rdb *redis.Client) impl {
 		// ExponentialBackoff counts its calls: it must be fresh per Obtain.
 		return &bsmImpl{n: "bsm-exp-1ms-64ms", c: bsm.New(rdb), retry: func() bsm.RetryStrategy { return bsm.ExponentialBackoff(time.Millisecond, 64*time.Millisecond) }}
-	}},
+	}, false},
 	{"redsync-default", "redsync, default options (32 tries, delay rand 50..250ms)", func(rdb *redis.Client) impl {
 		return &redsyncImpl{n: "redsync-default", rs: redsync.New(redsyncgoredis.NewPool(rdb))}
-	}},
+	}, false},
 	{"redsync-delay-1ms", "redsync, WithRetryDelay(1ms), WithTries(MaxInt32)", func(rdb *redis.Client) impl {
 		return &redsyncImpl{n: "redsync-delay-1ms", rs: redsync.New(redsyncgoredis.NewPool(rdb)),
 			opts: []redsync.Option{redsync.WithRetryDelay(time.Millisecond), redsync.WithTries(math.MaxInt32)}}
-	}},
+	}, false},
 }
 
 func findConfig(name string) (config, error) {

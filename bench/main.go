@@ -110,12 +110,17 @@ func runParent(ctx context.Context, f flags) error {
 	}
 
 	prefix := "redislock-bench:" + randomID() + ":"
+	solos, err := soloAll(ctx, f, selected, prefix)
+	if err != nil {
+		return err
+	}
 	var rows []row
-	for _, cfg := range selected {
+	for i, cfg := range selected {
 		r, err := bench(ctx, f, admin, owned, prefix+cfg.name+":", cfg)
 		if err != nil {
 			return fmt.Errorf("%s: %w", cfg.name, err)
 		}
+		r.solo = solos[i]
 		rows = append(rows, r)
 	}
 
@@ -154,7 +159,7 @@ func bench(ctx context.Context, f flags, admin *redis.Client, owned bool, prefix
 		}
 	}
 	var sent sentCounter
-	lockRDB, err := newClient(f.redisURL)
+	lockRDB, err := cfg.lockClient(f.redisURL)
 	if err != nil {
 		return r, err
 	}
@@ -168,11 +173,6 @@ func bench(ctx context.Context, f flags, admin *redis.Client, owned bool, prefix
 	im := cfg.make(lockRDB)
 	soloKey, one, multi := prefix+"solo", keys{prefix + "1p:lock", prefix + "1p:counter"}, keys{prefix + "mp:lock", prefix + "mp:counter"}
 	defer admin.Del(context.WithoutCancel(ctx), soloKey, one.lock, one.counter, multi.lock, multi.counter)
-
-	logf("%s: %d uncontended cycles", cfg.name, f.cycles)
-	if r.solo, err = soloCycles(ctx, im, soloKey, f.cycles, f.bound); err != nil {
-		return r, err
-	}
 
 	logf("%s: %d goroutines, one process, %v", cfg.name, f.workers, f.duration)
 	before, err := commandStats(ctx, admin)
@@ -224,6 +224,43 @@ func bench(ctx context.Context, f flags, admin *redis.Client, owned bool, prefix
 		return r, err
 	}
 	return r, nil
+}
+
+// soloRounds is how many rounds soloAll splits the uncontended cycles into.
+const soloRounds = 10
+
+// soloAll measures the uncontended Obtain+Release cycle of every
+// configuration, interleaved: in each round every configuration runs a tenth
+// of its cycles, in a rotating order, so that drift of the machine (CPU
+// frequency, other load) spreads evenly over them instead of favouring the
+// configurations measured last.
+func soloAll(ctx context.Context, f flags, cfgs []config, prefix string) ([]time.Duration, error) {
+	impls := make([]impl, len(cfgs))
+	for i, cfg := range cfgs {
+		rdb, err := cfg.lockClient(f.redisURL)
+		if err != nil {
+			return nil, err
+		}
+		defer rdb.Close()
+		impls[i] = cfg.make(rdb)
+	}
+	sums := make([]time.Duration, len(cfgs))
+	n := max(f.cycles/soloRounds, 1)
+	logf("uncontended cycles: %d rounds of %d per configuration", soloRounds, n)
+	for round := range soloRounds {
+		for j := range cfgs {
+			i := (j + round) % len(cfgs)
+			d, err := soloCycles(ctx, impls[i], prefix+cfgs[i].name+":solo", n, f.bound)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", cfgs[i].name, err)
+			}
+			sums[i] += d
+		}
+	}
+	for i := range sums {
+		sums[i] /= soloRounds
+	}
+	return sums, nil
 }
 
 // soloCycles returns the mean time of an Obtain+Release cycle on a free key,
