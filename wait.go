@@ -231,16 +231,17 @@ func (wt *waiter) poke() {
 // A subscription is a Locker's pub/sub connection.
 type subscription struct {
 	ps      *redis.PubSub
-	mu      sync.Mutex
-	closed  bool
 	done    chan struct{} // closed by close
 	stopped chan struct{} // closed when receive has returned
 }
 
 func (s *subscription) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // do runs a (un)subscribe command, bounded by ctx and armTimeout: a
@@ -253,10 +254,7 @@ func (s *subscription) do(ctx context.Context, f func(context.Context, *redis.Pu
 
 // close closes the connection and waits for receive to return.
 func (s *subscription) close() {
-	s.mu.Lock()
-	s.closed = true
 	close(s.done)
-	s.mu.Unlock()
 	_ = s.ps.Close()
 	<-s.stopped
 }
