@@ -47,6 +47,9 @@ type Server struct {
 	port int
 	args []string // extra user args, appended after the defaults
 
+	conf     string                  // config file passed as argv[1], if any
+	portArgs func(port int) []string // args derived from the port, if any
+
 	mu   sync.Mutex
 	proc *process // nil when not running
 }
@@ -73,13 +76,27 @@ type process struct {
 // The process is killed and reaped in t.Cleanup.
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
+	s := newServer(t, args)
+	s.start(t)
+	return s
+}
+
+// newServer prepares a Server (binary, data directory, cleanup) without
+// starting it, so callers can set conf or portArgs first.
+func newServer(t testing.TB, args []string) *Server {
+	t.Helper()
 	s := &Server{
 		bin:  findBinary(t),
 		dir:  t.TempDir(), // registered before our cleanup, so removed after the kill
 		args: append([]string(nil), args...),
 	}
 	t.Cleanup(s.stop)
+	return s
+}
 
+// start launches s on a free port, retrying when the port is taken.
+func (s *Server) start(t testing.TB) {
+	t.Helper()
 	var lastErr error
 	for range startAttempts {
 		port, err := freePort()
@@ -91,7 +108,7 @@ func Start(t testing.TB, args ...string) *Server {
 			s.mu.Lock()
 			s.port, s.proc = port, p
 			s.mu.Unlock()
-			return s
+			return
 		}
 		lastErr = err
 		if !retry {
@@ -99,7 +116,6 @@ func Start(t testing.TB, args ...string) *Server {
 		}
 	}
 	t.Fatalf("redistest: start redis-server: %v", lastErr)
-	return nil
 }
 
 func findBinary(t testing.TB) string {
@@ -287,15 +303,7 @@ func (s *Server) launch(port int) (_ *process, retry bool, _ error) {
 	}
 	defer stdio.Close()
 
-	argv := append([]string{
-		"--port", strconv.Itoa(port),
-		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", "no",
-		"--dir", s.dir,
-		"--logfile", logPath,
-	}, s.args...)
-	cmd := exec.Command(s.bin, argv...)
+	cmd := exec.Command(s.bin, s.argv(port, logPath)...)
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = stdio, stdio
 	if err := cmd.Start(); err != nil {
@@ -316,6 +324,27 @@ func (s *Server) launch(port int) (_ *process, retry bool, _ error) {
 	logs := readFrom(logPath, logOff) + readFrom(stdioPath, stdioOff)
 	retry = strings.Contains(logs, "in use")
 	return nil, retry, fmt.Errorf("%w\n--- redis-server output ---\n%s", err, logs)
+}
+
+// argv returns the command line for port: the config file (if any), the
+// defaults, the port-derived args and the user args, in that order.
+func (s *Server) argv(port int, logPath string) []string {
+	var argv []string
+	if s.conf != "" {
+		argv = append(argv, s.conf) // redis-server only reads a config file from argv[1]
+	}
+	argv = append(argv,
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+		"--logfile", logPath,
+	)
+	if s.portArgs != nil {
+		argv = append(argv, s.portArgs(port)...)
+	}
+	return append(argv, s.args...)
 }
 
 // waitReady polls addr until it answers PING and INFO reports pid as its
