@@ -230,9 +230,9 @@ func TestObtainGivingUpKeepsDeadline(t *testing.T) {
 			rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
 			t.Cleanup(func() { _ = rdb.Close() })
 			require.NoError(t, releaseScriptLoaded(ctx, rdb))
-			rdb.AddHook(&afterCmd{cmd: "set", failed: true, do: proxy.Pause})
+			rdb.AddHook(&afterCmd{cmd: "evalsha", failed: true, do: proxy.Pause})
 			t.Cleanup(proxy.Resume)
-			proxy.DropNextReply(faultproxy.MatchCommand("set"))
+			proxy.DropNextReply(faultproxy.MatchCommand("evalsha"))
 			took, err := timed(deadline, func(ctx context.Context) error { return call(ctx, redislock.New(rdb)) })
 			proxy.Resume()
 			check(t, direct, took, err)
@@ -247,7 +247,7 @@ func TestObtainGivingUpKeepsDeadline(t *testing.T) {
 		proxy := faultproxy.New(t, b.addr)
 		rdb := defaultClient(t, proxy.Addr())
 		require.NoError(t, releaseScriptLoaded(ctx, rdb))
-		rdb.AddHook(&afterCmd{cmd: "set", do: proxy.Pause}) // the SET found the key held
+		rdb.AddHook(&afterCmd{cmd: "evalsha", do: proxy.Pause}) // the attempt found the key held
 		t.Cleanup(proxy.Resume)
 		took, err := timed(deadline, func(ctx context.Context) error { return obtain(ctx, redislock.New(rdb)) })
 		proxy.Resume()

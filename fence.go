@@ -71,14 +71,19 @@ func SetFenced(ctx context.Context, client redis.UniversalClient, key, value str
 	case fence < 1 || fence > maxFence:
 		return fmt.Errorf("%w: fence %d: obtain the lock WithFencing and pass Lock.Fence()", ErrInvalidOption, fence)
 	}
-	res, err := bounded(ctx, honoursDeadlines(client), func(ctx context.Context) ([]int64, error) {
-		return fencedSetScript.Run(ctx, client, []string{key}, value, fence).Int64Slice()
+	type result struct {
+		ok   bool
+		seen int64
+	}
+	res, err := bounded(ctx, honoursDeadlines(client), func(ctx context.Context) (result, error) {
+		ok, seen, err := runFencedSet(ctx, client, key, value, fence)
+		return result{ok, seen}, err
 	}, nil)
 	if err != nil {
 		return err
 	}
-	if res[0] == 0 {
-		return fmt.Errorf("%w (%q: fence %d < %d)", ErrFenceRejected, key, fence, res[1])
+	if !res.ok {
+		return fmt.Errorf("%w (%q: fence %d < %d)", ErrFenceRejected, key, fence, res.seen)
 	}
 	return nil
 }

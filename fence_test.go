@@ -169,3 +169,47 @@ func TestFencedLostReply(t *testing.T) {
 	assert.Equal(t, lock.Token(), direct.Get(ctx, "k").Val())
 	assert.Greater(t, lock.Fence(), first.Fence()+1, "a fence was issued to the lost reply, and a new one after")
 }
+
+// A fenced acquire is all or nothing: when the fence counter cannot be
+// incremented (it holds something else than an integer, or is at 2^63-1),
+// the acquire fails with Redis's error and leaves no key, whether it takes a
+// free key or is handed the key by a release. The waiter behind it gets the
+// key at once.
+func TestFence_FailedIncrementLeavesNoKey(t *testing.T) {
+	for name, counter := range map[string]string{"not an integer": "abc", "at its maximum": "9223372036854775807"} {
+		t.Run(name, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, b *backend) {
+				ctx := ctxT(t, 10*time.Second)
+				rdb, _ := b.client(t)
+				fenceKey := redislock.SideKey("k", "fence")
+				require.NoError(t, rdb.Set(ctx, fenceKey, counter, 0).Err())
+				fenced := redislock.New(rdb, redislock.WithFencing())
+
+				_, err := fenced.TryObtain(ctx, "k", time.Minute)
+				require.Error(t, err)
+				assert.NotErrorIs(t, err, context.DeadlineExceeded)
+				assert.Equal(t, int64(0), rdb.Exists(ctx, "k").Val(), "a free key was taken without a fence")
+
+				// Handed over by a release: the fenced waiter is told, the
+				// unfenced one behind it gets the key.
+				held, err := redislock.New(rdb).Obtain(ctx, "k", time.Minute)
+				require.NoError(t, err)
+				c2, _ := b.client(t)
+				first := obtainAsync(ctx, redislock.New(c2, redislock.WithFencing(), slowPolling), "k", time.Minute)
+				waitQueued(t, rdb, "k", 1)
+				c3, _ := b.client(t)
+				second := obtainAsync(ctx, redislock.New(c3, slowPolling), "k", time.Minute)
+				waitQueued(t, rdb, "k", 2)
+				require.NoError(t, held.Release(ctx))
+				r := <-first
+				require.Error(t, r.err)
+				assert.Nil(t, r.lock)
+				s := <-second
+				require.NoError(t, s.err)
+				assert.Equal(t, s.lock.Token(), rdb.Get(ctx, "k").Val())
+				require.NoError(t, s.lock.Release(ctx))
+				assert.Equal(t, counter, rdb.Get(ctx, fenceKey).Val(), "the counter is untouched")
+			})
+		})
+	}
+}

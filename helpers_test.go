@@ -2,13 +2,19 @@ package redislock_test
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
 
+	"github.com/seed5e0b76d9/redislock"
 	"github.com/seed5e0b76d9/redislock/internal/redistest"
 )
 
@@ -96,4 +102,93 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 func miniBackend(t testing.TB) *backend {
 	mr := miniredis.RunT(t)
 	return &backend{name: "miniredis", addr: mr.Addr(), mr: mr}
+}
+
+// hook is a go-redis hook that calls before ahead of sending each command
+// (pipelined or not) and after once its reply is in. Either may be nil.
+type hook struct {
+	before func(cmd redis.Cmder)
+	after  func(cmd redis.Cmder, err error)
+}
+
+func (h hook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.before != nil {
+			h.before(cmd)
+		}
+		err := next(ctx, cmd)
+		if h.after != nil {
+			h.after(cmd, err)
+		}
+		return err
+	}
+}
+
+func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if h.before != nil {
+				h.before(c)
+			}
+		}
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if h.after != nil {
+				h.after(c, c.Err())
+			}
+		}
+		return err
+	}
+}
+
+// runs reports whether cmd runs the script whose SHA1 is hash (EVALSHA, or
+// the EVAL go-redis sends after NOSCRIPT).
+func runs(cmd redis.Cmder, hash string) bool {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return false
+	}
+	switch strings.ToLower(fmt.Sprint(args[0])) {
+	case "evalsha":
+		return args[1] == hash
+	case "eval":
+		sum := sha1.Sum([]byte(fmt.Sprint(args[1])))
+		return hex.EncodeToString(sum[:]) == hash
+	}
+	return false
+}
+
+// queued returns the tokens in key's line in Redis, first in line first.
+func queued(t testing.TB, rdb redis.UniversalClient, key string) []string {
+	t.Helper()
+	q, err := rdb.LRange(context.Background(), redislock.SideKey(key, "queue"), 0, -1).Result()
+	require.NoError(t, err)
+	return q
+}
+
+// waitQueued waits until key's line in Redis has n places.
+func waitQueued(t testing.TB, rdb redis.UniversalClient, key string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(queued(t, rdb, key)) == n }, 5*time.Second, time.Millisecond,
+		"%d places in line, want %d", len(queued(t, rdb, key)), n)
+}
+
+// obtained is the outcome of an Obtain run in the background.
+type obtained struct {
+	lock *redislock.Lock
+	err  error
+	at   time.Time
+}
+
+// obtainAsync starts Obtain in a goroutine; its outcome arrives on the
+// returned channel.
+func obtainAsync(ctx context.Context, l *redislock.Locker, key string, ttl time.Duration, opts ...redislock.Option) <-chan obtained {
+	ch := make(chan obtained, 1)
+	go func() {
+		lk, err := l.Obtain(ctx, key, ttl, opts...)
+		ch <- obtained{lk, err, time.Now()}
+	}()
+	return ch
 }

@@ -16,50 +16,10 @@ import (
 // overlap with the next holder's from then on. WithLock's error wraps it too.
 var ErrLockLost = errors.New("redislock: lock lost")
 
-// releaseTimeout bounds the Release that WithLock makes after fn returns.
-const releaseTimeout = 5 * time.Second
-
 // drift is how much sooner than Redis a holder considers its lease over: the
 // two clocks may run at slightly different rates, and the signal must arrive
 // while the lock is still held.
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
-
-// WithLock obtains the lock on key for the lease set by WithTTL (waiting as
-// Obtain does), runs fn while keeping the lease alive, and releases the lock
-// when fn returns, panics (the panic goes on after the release) or the
-// caller's ctx is cancelled (fn's ctx is then cancelled too, and WithLock
-// waits for fn to return).
-//
-// fn's ctx is derived from ctx. It is cancelled with cause ErrLockLost as soon
-// as the lock is lost (see Lock.KeepAlive for the timing guarantee); fn
-// should then stop, and WithLock's error wraps ErrLockLost. WithLock returns
-// fn's error, joined with ErrLockLost and with any error of the release, which
-// uses a fresh context bounded to 5 seconds. If the lock is not obtained, fn
-// is not called and the error is Obtain's.
-func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) (err error) {
-	o := l.opts.apply(opts)
-	if fn == nil && o.err == nil {
-		o.err = ErrNilFunc
-	}
-	lk, err := l.obtain(ctx, key, o.ttl, &o)
-	if err != nil {
-		return err
-	}
-	lctx := lk.KeepAlive(ctx)
-	defer func() {
-		lost := errors.Is(context.Cause(lctx), ErrLockLost)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		defer cancel()
-		rerr := lk.Release(rctx)
-		if lost && !errors.Is(err, ErrLockLost) {
-			err = errors.Join(err, ErrLockLost)
-		}
-		if rerr != nil && !(lost && errors.Is(rerr, ErrNotHeld)) {
-			err = errors.Join(err, rerr)
-		}
-	}()
-	return fn(lctx)
-}
 
 // KeepAlive keeps the lock's lease alive in the background and returns a
 // context, derived from ctx, that tells the holder when the lock is lost.
@@ -291,7 +251,7 @@ func (l *Locker) refreshAll(ctx context.Context, batch []*lease, ttls []time.Dur
 	run := func(idx []int, sha bool) error {
 		_, err := l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range idx {
-				keys, args := []string{batch[i].lk.key}, []any{batch[i].lk.token, ttls[i].Milliseconds()}
+				keys, args := refreshKeys(batch[i].lk.key), refreshArgv(batch[i].lk.token, ttls[i], false)
 				if sha {
 					cmds[i] = refreshScript.EvalSha(ctx, p, keys, args...)
 				} else {
@@ -319,13 +279,10 @@ func (l *Locker) refreshAll(ctx context.Context, batch []*lease, ttls []time.Dur
 	res := make([]int64, len(batch))
 	ok := false
 	for i, c := range cmds {
-		n, cerr := c.Int64()
-		if cerr != nil {
-			n = -1
-		} else {
-			ok = true
+		res[i] = -1
+		if r, cerr := c.Int64Slice(); cerr == nil && len(r) == 2 {
+			res[i], ok = r[0], true
 		}
-		res[i] = n
 	}
 	if !ok {
 		return nil, err

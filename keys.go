@@ -6,9 +6,15 @@ import (
 	"sync"
 )
 
+// The kinds of data this package keeps beside a lock key (see sideKey).
+const (
+	fenceKind  = "fence"  // the fence counter (see WithFencing)
+	queueKind  = "queue"  // the tokens of the places in line, oldest first
+	placesKind = "places" // each place's deadline, lease and Locker
+)
+
 // sideKey returns the name of a key this package keeps beside the lock key
-// key, for one kind of data: "fence" (the fence counter) or "queue" and
-// "waiters" (the queue of waiting processes). Scripts touch it together with
+// key, for one kind of data (fenceKind, queueKind, placesKind). Scripts touch it together with
 // the lock key, so Redis Cluster requires it in the lock key's hash slot: its
 // hash tag is the part of key that Redis hashes, or, where that part contains
 // "}" and cannot be a tag, another tag of the same slot. The whole key follows
@@ -21,9 +27,11 @@ func sideKey(key, kind string) string {
 	return "{" + h + "}:redislock:" + kind + ":" + key
 }
 
-// wakeChannel is the pub/sub channel on which releases of key announce the
-// process whose turn it is.
-func wakeChannel(key string) string { return "redislock:wake:" + key }
+// wakeChannel is the pub/sub channel on which the Locker with the given id
+// hears that a key was handed to one of its places (see handoffLua).
+func wakeChannel(locker string) string { return wakePrefix + locker }
+
+const wakePrefix = "redislock:wake:"
 
 // hashPart returns the part of key that Redis Cluster hashes to find its
 // slot: the text between the first "{" and the first "}" after it, if that is

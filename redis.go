@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -18,10 +19,18 @@ import (
 // whatever the client's options.
 //
 // To do so, f runs in a goroutine of its own. When ctx ends first, bounded
-// returns ctx's error at once and f goes on until go-redis gives up on its
-// own (ReadTimeout, retries); then late, if not nil, is called with f's
-// outcome, so that the caller can undo what the abandoned call may have done
-// (an acquire that succeeded after all). No goroutine outlives f.
+// returns ctx's error at once, marked as abandoned (see isAbandoned), and f
+// goes on until go-redis gives up on its own (ReadTimeout, retries); then
+// late, if not nil, is called with f's outcome, so that the caller can undo
+// what the abandoned call may have done (an acquire that succeeded after
+// all). An abandoned call is settled by late alone: its caller must not act
+// on its outcome, which it does not know. No goroutine outlives f.
+//
+// The tempting version, a select on a buffered channel that f's goroutine
+// sends its result to, loses a late success: once the caller has returned,
+// nobody reads the channel, and a lock that the abandoned call took stays
+// taken for its whole lease. The state word decides, once, who owns the
+// outcome: the caller (delivered) or late (abandoned).
 //
 // direct says that the client stops its own reads and writes at ctx's
 // deadline (see honoursDeadlines). Then a ctx with a deadline needs no
@@ -62,11 +71,24 @@ func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T
 		return r.v, r.err
 	case <-ctx.Done():
 		if state.CompareAndSwap(running, abandoned) {
-			return zero, ctx.Err()
+			return zero, abandonedError{ctx.Err()}
 		}
 		r := <-done // f finished as ctx ended: its outcome wins
 		return r.v, r.err
 	}
+}
+
+// abandonedError is the error of a call that bounded abandoned when its ctx
+// ended. It unwraps to ctx's error.
+type abandonedError struct{ error }
+
+func (e abandonedError) Unwrap() error { return e.error }
+
+// isAbandoned reports whether err is that of a call abandoned by bounded:
+// its outcome is settled by bounded's late callback, not by the caller.
+func isAbandoned(err error) bool {
+	var a abandonedError
+	return errors.As(err, &a)
 }
 
 // honoursDeadlines reports whether client stops its socket reads and writes

@@ -1,0 +1,523 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	mathrand "math/rand/v2"
+	"sync"
+	"time"
+)
+
+// How a Locker waits for a key that another holder has: the line.
+//
+// Each Locker keeps, per key it waits for, one line: its Obtains, first come
+// first served. The line has at most one place in the key's queue in Redis,
+// under a token of its own, kept by its first waiter (the head). Lockers
+// (processes) take turns in the order of their places; within a Locker,
+// waiters take turns in the order they came.
+//
+//   - Direct hand-off. A release that finds places in line gives the key to
+//     the first of them in the same script (releaseScript): the key then
+//     holds that line's token, and the hand-off is announced on the wake
+//     channel of the line's Locker, or, for the releasing Locker's own line,
+//     in the release's reply. The head already holds the lock when it hears
+//     of it, and sends nothing to take it.
+//   - Passes. A lock that a Locker got from Redis (its hold) is passed by
+//     Release straight to the head of the Locker's line, without a round
+//     trip, at most maxPasses times; when other processes already waited
+//     as the Locker got the key, only to the waiters that were in line
+//     then, so that everyone in every line has one turn per round. Then the
+//     key goes back to Redis, which hands it to the next place. So another
+//     process waits for at most maxPasses+1 critical sections of a Locker
+//     per turn. A fenced waiter is never passed a lock (each acquisition
+//     has a fence of its own), and neither is a waiter whose ttl the rest
+//     of the lease does not fit (between ttl/2 and ttl).
+//   - Nothing depends on a message. The head renews its place every
+//     placeRenew, and earlier when the holder's lease ends (an expiry
+//     announces nothing); an attempt that finds the key handed to it takes
+//     it. While the Locker's subscription is not confirmed the head polls,
+//     with jittered backoff (WithBackoff).
+//   - Nothing is orphaned. A line whose waiters all gave up leaves the
+//     queue, or releases the key if it was handed it (which hands it on),
+//     once every command that carries its token has returned, so that no
+//     late command puts it back. A waiter that dies keeps its place until
+//     the place lapses (placeLease after its last renewal); a hand-off to
+//     it meanwhile holds the key for handoffLease at most.
+//
+// The lease of a handed-over lock is measured from base: when the latest
+// command that confirmed the line's place was sent. That command ran before
+// the hand-off (the hand-off needs the place), and the hand-off set the lease
+// when it ran, so Until = base + lease is never later than Redis's expiry,
+// however late the announcement arrives. A waiter that wants a longer lease
+// than the hand-off set, or a fence it did not get, claims the lock before
+// its Obtain returns (claim: one refresh, measured from when it was sent).
+const (
+	// placeLease is how long a place in line is kept after the command that
+	// took or renewed it: how long a dead waiter can hold up a line.
+	placeLease = time.Second
+	// placeRenew is how often the head renews its place: three times per
+	// placeLease, so that one late or lost renewal costs nothing.
+	placeRenew = placeLease / 3
+	// handoffLease is the longest lease a hand-off sets, so that a waiter
+	// that died with a place in line holds up the key for at most
+	// placeLease + handoffLease. A live waiter with a longer ttl claims it:
+	// one round trip per hand-off (not per pass).
+	handoffLease = placeLease
+	// maxPasses bounds the passes of one hold.
+	maxPasses = 16
+)
+
+// errFenceNotIssued is a waiter's error when the key was to be handed to it
+// but its fence could not be issued.
+var errFenceNotIssued = errors.New("the fence counter could not be incremented (it holds something else than an integer, or is at its maximum)")
+
+// lines are the lines of one Locker, by key. One mutex guards every line,
+// every waiter's outcome and the subscription. Lock order: lines.mu before
+// any Lock.mu, never after.
+type lines struct {
+	mu    sync.Mutex
+	byKey map[string]*line
+	sub   *subscription // started when a line takes a place; retires when idle
+	idle  time.Time     // since when nobody waits, as the subscription saw
+}
+
+// placeState is what a line knows of its place in Redis.
+type placeState int
+
+const (
+	noPlace      placeState = iota // the line's token is not in Redis
+	placeUnknown                   // a command that could have placed it failed: it may be
+	placed                         // a reply confirmed the place
+)
+
+// A line is the waiters of one Locker for one key, and its place in Redis.
+// It lives while it has waiters, or a hold that it may pass on.
+type line struct {
+	key     string
+	waiters []*waiter // first in line first
+	token   string    // the line's place, and the key's value once handed to it
+
+	place    placeState
+	base     time.Time // when the latest command that confirmed the place was sent
+	renewAt  time.Time // when the head renews the place
+	holdEnd  time.Time // when the holder's lease ends, as the latest reply said; zero: unknown
+	check    bool      // a hand-off may have gone unheard: the head asks Redis
+	handed   *handoff  // the key was handed to token; applied once nothing is in flight
+	inflight int       // commands carrying token that have not returned
+
+	hold   *Lock       // this Locker's lock on the key, got through the line
+	passes int         // passes left for hold
+	expiry *time.Timer // drops a line kept for its hold alone when the hold's lease ends
+
+	detached bool // out of byKey: the line only cleans up
+}
+
+// A waiter is one Obtain in a line.
+type waiter struct {
+	ttl     time.Duration
+	fenced  bool
+	wake    chan struct{} // something changed for the waiter
+	poll    time.Duration // next polling (or retry) delay
+	retryAt time.Time     // after a failed attempt: not before then
+
+	// set once, under lines.mu
+	lock  *Lock // the lock, handed or passed to the waiter
+	claim bool  // lock must be claimed before it is returned
+	err   error // the line failed the waiter
+}
+
+func (w *waiter) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// join puts a waiter for key at the end of its line.
+func (ls *lines) join(key string, ttl time.Duration, o *options) (*line, *waiter) {
+	w := &waiter{ttl: ttl, fenced: o.fencing, wake: make(chan struct{}, 1), poll: o.minBackoff}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.lineFor(key)
+	ln.waiters = append(ln.waiters, w)
+	return ln, w
+}
+
+// rejoin puts w, whose lock was lost before it could claim it, back at the
+// front of key's line.
+func (ls *lines) rejoin(key string, w *waiter) *line {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	w.lock, w.claim = nil, false
+	ln := ls.lineFor(key)
+	ln.waiters = append([]*waiter{w}, ln.waiters...)
+	return ln
+}
+
+// lineFor returns key's line, making it if there is none.
+func (ls *lines) lineFor(key string) *line {
+	ln := ls.byKey[key]
+	if ln == nil {
+		if ls.byKey == nil {
+			ls.byKey = make(map[string]*line)
+		}
+		ln = &line{key: key, token: newToken()}
+		ls.byKey[key] = ln
+	}
+	return ln
+}
+
+// busy reports whether the Locker waits for key or holds it through its
+// line: a TryObtain then fails at once.
+func (ls *lines) busy(key string) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.byKey[key]
+	return ln != nil && (len(ln.waiters) > 0 || holding(ln))
+}
+
+// holding reports whether ln's hold still has a lease.
+func holding(ln *line) bool {
+	if ln.hold == nil {
+		return false
+	}
+	ln.hold.mu.Lock()
+	defer ln.hold.mu.Unlock()
+	return !ln.hold.released && time.Until(ln.hold.until) > 0
+}
+
+// step is what a waiter does next (see lines.next).
+type step struct {
+	lock    *Lock        // the lock is the waiter's (after a claim if claim)
+	claim   bool         //
+	err     error        // the line failed the waiter
+	attempt *attemptArgs // the head sends this attempt for the line
+	wait    time.Duration
+}
+
+// next says what w does next: take its lock, send an attempt for the line,
+// or wait until woken or for step.wait (0: until woken).
+func (ls *lines) next(l *Locker, ln *line, w *waiter) step {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	switch {
+	case w.lock != nil:
+		return step{lock: w.lock, claim: w.claim}
+	case w.err != nil:
+		return step{err: w.err}
+	case ln.waiters[0] != w, ln.inflight > 0:
+		return step{}
+	}
+	now := time.Now()
+	due := now
+	if ln.place == placed && !ln.check {
+		due = ln.renewAt
+		if !ln.holdEnd.IsZero() && ln.holdEnd.Before(due) {
+			due = ln.holdEnd.Add(time.Millisecond)
+		}
+		if poll := ln.base.Add(w.poll); !ls.sub.isArmed() && poll.Before(due) {
+			due = poll
+		}
+	}
+	if w.retryAt.After(due) {
+		due = w.retryAt
+	}
+	if due.After(now) {
+		return step{wait: due.Sub(now)}
+	}
+	if !ls.sub.isArmed() {
+		w.poll = nextBackoff(w.poll, &l.opts)
+	}
+	ln.inflight++
+	ln.check = false
+	return step{attempt: &attemptArgs{key: ln.key, token: ln.token, locker: l.id, ttl: w.ttl, fenced: w.fenced,
+		place: placeLease, handoff: min(w.ttl, handoffLease)}}
+}
+
+// attempted settles the line after its attempt a, sent at start.
+func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time, res attemptResult, err error) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln.inflight--
+	switch {
+	case err == nil && res.ours:
+		ln.handed = nil
+		ls.grant(ln, newLock(l, ln.key, a.token, res.fence, a.ttl, start), res.waiting)
+	case err == nil:
+		ls.placed(l, ln, start)
+		ln.holdEnd = time.Time{}
+		if res.pttl >= 0 {
+			ln.holdEnd = time.Now().Add(res.pttl)
+		}
+	case refused(err):
+		// Redis did not run it: nothing changed. The head reports it.
+		if len(ln.waiters) > 0 {
+			ln.waiters[0].fail(err)
+		}
+	default:
+		ln.place = placeUnknown
+	}
+	ls.settle(l, ln)
+}
+
+// placed records that a command sent at start confirmed the line's place.
+func (ls *lines) placed(l *Locker, ln *line, start time.Time) {
+	ln.place = placed
+	ln.base, ln.renewAt = start, start.Add(placeRenew)
+	if ls.sub == nil {
+		ls.sub = l.subscribe()
+	}
+}
+
+// grant gives the key, which the line's token holds now, to the head.
+// waiting is the number of places left in line in Redis. The line takes a
+// new token for its next place.
+func (ls *lines) grant(ln *line, lk *Lock, waiting int64) {
+	if len(ln.waiters) == 0 {
+		ln.handed = &handoff{fence: lk.fence, waiting: waiting, lease: lk.ttl} // for the clean-up
+		return
+	}
+	w := ln.waiters[0]
+	ln.waiters = ln.waiters[1:]
+	w.claim = w.ttl != lk.ttl || (w.fenced && lk.fence == 0) || time.Until(lk.until) < w.ttl/2
+	lk.ttl = w.ttl
+	w.lock = lk
+	w.poke()
+	ln.hold, ln.passes = lk, maxPasses
+	if waiting > 0 {
+		ln.passes = min(maxPasses, len(ln.waiters))
+	}
+	ln.token, ln.place, ln.check, ln.holdEnd = newToken(), noPlace, false, time.Time{}
+}
+
+// settle brings the line up to date after a change: it applies a pending
+// hand-off once nothing of the line is in flight and wakes the head, and
+// once nobody waits, keeps the line for its hold or detaches it and cleans
+// up its place in Redis.
+func (ls *lines) settle(l *Locker, ln *line) {
+	if h := ln.handed; h != nil && ln.inflight == 0 && len(ln.waiters) > 0 {
+		switch {
+		case ln.place != placed:
+			ln.check = true // the base is unknown: the head asks Redis
+		case h.fence < 0:
+			ln.handed, ln.place = nil, noPlace
+			ln.waiters[0].fail(errFenceNotIssued)
+		default:
+			ln.handed = nil
+			ls.grant(ln, newLock(l, ln.key, ln.token, h.fence, h.lease, ln.base), h.waiting)
+		}
+	}
+	if len(ln.waiters) > 0 {
+		ln.waiters[0].poke()
+		return
+	}
+	if !ln.detached && ln.handed == nil && holding(ln) {
+		ls.keepFor(l, ln)
+		return
+	}
+	ls.detach(ln)
+	if ln.inflight == 0 && (ln.place != noPlace || ln.handed != nil) {
+		ln.place, ln.handed = noPlace, nil
+		ln.inflight++ // the clean-up
+		go l.cleanUp(ln)
+	}
+}
+
+// keepFor keeps a line without waiters while its hold lasts, so that the
+// Locker's next Obtain of the key can be passed the lock. A timer drops it
+// when the hold's lease ends, if the hold was never released.
+func (ls *lines) keepFor(l *Locker, ln *line) {
+	d := time.Until(ln.hold.Until())
+	if ln.expiry == nil {
+		ln.expiry = time.AfterFunc(d, func() {
+			ls.mu.Lock()
+			defer ls.mu.Unlock()
+			ls.settle(l, ln)
+		})
+		return
+	}
+	ln.expiry.Reset(d)
+}
+
+// detach takes ln out of byKey.
+func (ls *lines) detach(ln *line) {
+	if ln.detached {
+		return
+	}
+	ln.detached = true
+	if ln.expiry != nil {
+		ln.expiry.Stop()
+	}
+	if ls.byKey[ln.key] == ln {
+		delete(ls.byKey, ln.key)
+	}
+}
+
+// fail ends w's wait with err.
+func (w *waiter) fail(err error) {
+	w.err = err
+	w.poke()
+}
+
+// leave takes w, whose Obtain gives up, out of its line. It returns the lock
+// if one was handed or passed to w meanwhile: the caller releases it, which
+// passes it on.
+func (ls *lines) leave(l *Locker, ln *line, w *waiter) *Lock {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if w.lock != nil {
+		return w.lock
+	}
+	for i, x := range ln.waiters {
+		if x == w {
+			ln.waiters = append(ln.waiters[:i], ln.waiters[i+1:]...)
+			break
+		}
+	}
+	ls.settle(l, ln)
+	return nil
+}
+
+// pass gives lk to the head of its line, without a round trip, if lk is the
+// line's hold and the head may have it (see the note at the top). lk is
+// released when pass returns true.
+func (ls *lines) pass(lk *Lock) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.byKey[lk.key]
+	if ln == nil || ln.hold != lk || ln.passes == 0 || len(ln.waiters) == 0 {
+		return false
+	}
+	w := ln.waiters[0]
+	if w.fenced || w.lock != nil || w.err != nil {
+		return false
+	}
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	left := time.Until(lk.until)
+	if lk.released || left < w.ttl/2 || left > w.ttl {
+		return false
+	}
+	lk.released = true
+	next := &Lock{locker: lk.locker, key: lk.key, token: lk.token, ttl: w.ttl, until: lk.until}
+	ln.waiters = ln.waiters[1:]
+	w.lock = next
+	w.poke()
+	ln.hold = next
+	ln.passes--
+	ls.settle(lk.locker, ln)
+	return true
+}
+
+// releasing prepares the release of lk through Redis. A lock that was the
+// line's hold ends it; a line that nobody waits in any more gives up its
+// place in the same script (leave).
+func (ls *lines) releasing(lk *Lock) (ln *line, leave string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln = ls.byKey[lk.key]
+	if ln == nil || ln.hold != lk {
+		return nil, ""
+	}
+	ln.hold = nil
+	if len(ln.waiters) > 0 || ln.inflight > 0 || ln.handed != nil || ln.place == noPlace {
+		return nil, ""
+	}
+	ls.detach(ln)
+	ln.inflight++
+	return ln, ln.token
+}
+
+// released settles a release: the place it gave up for ln (when leave), and
+// the hand-off it made.
+func (ls *lines) released(l *Locker, key string, ln *line, res releaseResult, err error) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if err == nil && res.to != "" {
+		if to := ls.byKey[key]; to != nil && to.token == res.to {
+			h := res.handoff
+			to.handed = &h
+			ls.settle(l, to)
+		}
+		// else: not ours, or a line that left: its clean-up passes it on
+	}
+	if ln != nil {
+		ln.inflight--
+		if err == nil {
+			ln.place = noPlace
+		} else if !refused(err) {
+			ln.place = placeUnknown
+		}
+		ls.settle(l, ln)
+	}
+}
+
+// heard is called by the subscription for an announced hand-off.
+func (ls *lines) heard(l *Locker, key, token string, h handoff) {
+	ls.released(l, key, nil, releaseResult{to: token, handoff: h}, nil)
+}
+
+// armed is called by the subscription when it is confirmed (on) or lost
+// (off). Heads poll while it is lost, and ask Redis once it is back, since
+// a hand-off may have gone unheard.
+func (ls *lines) armed(on bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, ln := range ls.byKey {
+		if on && ln.place != noPlace {
+			ln.check = true
+		}
+		if len(ln.waiters) > 0 {
+			ln.waiters[0].poke()
+		}
+	}
+}
+
+// retire reports whether the subscription s may stop: nobody has waited
+// for linger. It is then no longer the Locker's subscription.
+func (ls *lines) retire(s *subscription, linger time.Duration) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, ln := range ls.byKey {
+		if len(ln.waiters) > 0 {
+			ls.idle = time.Time{}
+			return false
+		}
+	}
+	if ls.idle.IsZero() {
+		ls.idle = time.Now()
+	}
+	if time.Since(ls.idle) < linger {
+		return false
+	}
+	if ls.sub == s {
+		ls.sub, ls.idle = nil, time.Time{}
+	}
+	return true
+}
+
+// cleanUp takes a detached line out of Redis: it leaves the queue, or
+// releases the key if it was handed to the line, which hands it on.
+func (l *Locker) cleanUp(ln *line) {
+	ctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
+	defer cancel()
+	res, err := runRelease(ctx, l.client, releaseArgs{key: ln.key, token: ln.token, locker: l.id})
+	l.lines.released(l, ln.key, nil, res, err)
+	l.lines.mu.Lock()
+	ln.inflight-- // whatever happened: a place left lapses, a key left expires
+	l.lines.mu.Unlock()
+}
+
+// nextBackoff returns the polling delay after prev: drawn at random from
+// [min, 3*prev], capped at max ("decorrelated jitter"), so that polling
+// waiters spread out instead of asking in lockstep.
+func nextBackoff(prev time.Duration, o *options) time.Duration {
+	hi := 3 * prev
+	if hi > o.maxBackoff {
+		hi = o.maxBackoff
+	}
+	if hi <= o.minBackoff {
+		return o.minBackoff
+	}
+	return o.minBackoff + mathrand.N(hi-o.minBackoff+1)
+}

@@ -1,0 +1,192 @@
+// Package redislock provides distributed locks on Redis.
+//
+// A Locker acquires locks on keys of one Redis deployment. A lock is a lease:
+// it is held for a ttl unless refreshed, so a holder that dies cannot block
+// everyone forever. Each acquisition stores a 128-bit random token in the
+// key; Release and Refresh act only while the key still holds that token,
+// so a holder whose lease has expired can never release or extend the lock of
+// the holder that came after it.
+//
+//	locker := redislock.New(rdb)
+//	lock, err := locker.Obtain(ctx, "order:42", 10*time.Second)
+//	if err != nil {
+//		return err // errors.Is(err, redislock.ErrNotObtained) when it stayed taken
+//	}
+//	defer lock.Release(ctx)
+//
+// A lease can expire while its holder still works (a long GC pause, a frozen
+// VM), and a Redis failover can lose a lock, since replication is
+// asynchronous. Keep leases alive with WithLock or Lock.KeepAlive, which
+// also tell the holder when the lock is lost, and use fencing tokens where two
+// holders at once must never write.
+package redislock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Locker acquires locks on one Redis deployment (a single node, a
+// Sentinel-managed primary or a Cluster). It is safe for concurrent use and
+// meant to be shared: create one per client and keep it. Waiters of one
+// Locker queue up together (see Obtain), so sharing one Locker is also what
+// makes waiting cheap.
+type Locker struct {
+	client redis.UniversalClient
+	opts   options
+	id     string // names the Locker's wake channel and its places in line
+	direct bool   // the client honours ctx deadlines itself (see bounded)
+	keeper keeper // renews kept leases
+	lines  lines  // Obtains waiting for keys
+}
+
+// New returns a Locker that acquires locks through client, a go-redis v9
+// client of any kind. opts set the Locker's defaults; each call may override
+// them. New does not contact Redis.
+//
+// The deadlines of ctx hold with any client options. With a client whose
+// options set ContextTimeoutEnabled, go-redis stops its own socket reads at
+// the deadline and calls with a deadline are made directly; otherwise each
+// call that can be cancelled runs in a goroutine of its own, which costs a
+// goroutine hand-off per call. A nil client or an invalid option is
+// reported by every call on the returned Locker (ErrNilClient,
+// ErrInvalidOption, ErrInvalidTTL).
+func New(client redis.UniversalClient, opts ...Option) *Locker {
+	o := defaultOptions().apply(opts)
+	if isNil(client) && o.err == nil {
+		o.err = ErrNilClient
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	return &Locker{client: client, opts: o, id: hex.EncodeToString(id[:]), direct: !isNil(client) && honoursDeadlines(client)}
+}
+
+// Obtain acquires the lock on key for ttl, waiting while another holder has
+// it, until the acquire deadline: the earlier of ctx's deadline and the end
+// of WithWait; without either it waits until ctx is cancelled. The ttl is
+// the lease, not a bound on waiting.
+//
+// Waiting is fair and does not poll. Lockers (processes) take turns in the
+// order they started to wait, and the Obtains of one Locker in the order
+// they were called; a release hands the key to the next in line directly,
+// so nobody can take it in between: not a TryObtain, not a new Obtain, not
+// the releasing process calling Obtain again. A Locker holds a key for at
+// most 17 critical sections in a row while other processes wait (see the
+// README, "Waiting").
+//
+// When the lock could not be acquired in time the error wraps ErrNotObtained
+// and, when the context ended the wait, ctx's error as well, so both
+// errors.Is(err, ErrNotObtained) and errors.Is(err, context.DeadlineExceeded)
+// hold. An invalid key, ttl or option returns ErrInvalidKey, ErrInvalidTTL or
+// ErrInvalidOption before anything is sent to Redis. ttl must be at least one
+// millisecond; it is truncated to whole milliseconds.
+func (l *Locker) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	o := l.opts.apply(opts)
+	return l.obtain(ctx, key, ttl, &o)
+}
+
+// TryObtain makes a single attempt to acquire the lock on key for ttl. It
+// returns an error wrapping ErrNotObtained at once when another holder has
+// the lock, and also when others wait for it (in this Locker or in Redis's
+// line): it never takes a key out of turn. Its other errors are those of
+// Obtain.
+func (l *Locker) TryObtain(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	o := l.opts.apply(opts)
+	o.wait = 0
+	return l.obtain(ctx, key, ttl, &o)
+}
+
+// obtain is Obtain with resolved options; o.wait == 0 makes a single attempt.
+func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, error) {
+	if err := l.check(key, ttl, o); err != nil {
+		return nil, err
+	}
+	ttl = ttl.Truncate(time.Millisecond)
+	if o.wait == 0 {
+		return l.try(ctx, key, ttl, o)
+	}
+	if o.wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.wait)
+		defer cancel()
+	}
+	return l.queue(ctx, key, ttl, o)
+}
+
+// WithLock obtains the lock on key for the lease set by WithTTL (waiting as
+// Obtain does), runs fn while keeping the lease alive, and releases the lock
+// when fn returns, panics (the panic goes on after the release) or the
+// caller's ctx is cancelled (fn's ctx is then cancelled too, and WithLock
+// waits for fn to return).
+//
+// fn's ctx is derived from ctx. It is cancelled with cause ErrLockLost as soon
+// as the lock is lost (see Lock.KeepAlive for the timing guarantee); fn
+// should then stop, and WithLock's error wraps ErrLockLost. WithLock returns
+// fn's error, joined with ErrLockLost and with any error of the release, which
+// uses a fresh context bounded to 5 seconds. If the lock is not obtained, fn
+// is not called and the error is Obtain's.
+func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) (err error) {
+	o := l.opts.apply(opts)
+	if fn == nil && o.err == nil {
+		o.err = ErrNilFunc
+	}
+	lk, err := l.obtain(ctx, key, o.ttl, &o)
+	if err != nil {
+		return err
+	}
+	lctx := lk.KeepAlive(ctx)
+	defer func() {
+		lost := errors.Is(context.Cause(lctx), ErrLockLost)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		rerr := lk.Release(rctx)
+		if lost && !errors.Is(err, ErrLockLost) {
+			err = errors.Join(err, ErrLockLost)
+		}
+		if rerr != nil && !(lost && errors.Is(rerr, ErrNotHeld)) {
+			err = errors.Join(err, rerr)
+		}
+	}()
+	return fn(lctx)
+}
+
+// releaseTimeout bounds the Release that WithLock makes after fn returns.
+const releaseTimeout = 5 * time.Second
+
+// isNil reports whether client is nil, also as a nil pointer in a non-nil
+// interface (a nil *redis.Client).
+func isNil(client redis.UniversalClient) bool {
+	if client == nil {
+		return true
+	}
+	v := reflect.ValueOf(client)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// check validates a call's input before any I/O.
+func (l *Locker) check(key string, ttl time.Duration, o *options) error {
+	switch {
+	case o.err != nil:
+		return o.err
+	case key == "":
+		return ErrInvalidKey
+	case ttl < time.Millisecond:
+		return fmt.Errorf("%w (got %v)", ErrInvalidTTL, ttl)
+	}
+	return nil
+}
+
+// newToken returns 128 random bits from crypto/rand, base64url-encoded.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
