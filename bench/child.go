@@ -17,42 +17,42 @@ type childFlags struct {
 	impl       string
 	lockKey    string
 	counterKey string
+	checkKey   string
 	startAt    int64 // Unix nanoseconds
 }
+
+// childLead is how long before the start of a multi-process run its
+// children are started, to connect; snapshotLead is how long before the
+// start the parent reads the server's counters.
+const (
+	childLead    = time.Second
+	snapshotLead = 20 * time.Millisecond
+)
 
 // wallClock stamps the records of multi-process runs: one machine, one clock.
 func wallClock() int64 { return time.Now().UnixNano() }
 
 // runChild is the body of a child process: it runs the contended loop of one
-// implementation with -workers goroutines from the agreed start time and
-// writes the run as JSON to stdout.
+// implementation with -workers goroutines and a critical section sleeping
+// -cs from the agreed start time, and writes the run (with the commands its
+// lock client sent) as JSON to stdout.
 func runChild(ctx context.Context, f flags, c childFlags) error {
 	cfg, err := findConfig(c.impl)
 	if err != nil {
 		return err
 	}
-	lockRDB, err := cfg.lockClient(f.redisURL)
+	l, err := newLocalRun(ctx, f.redisURL, cfg, f.workers)
 	if err != nil {
-		return err
+		return fmt.Errorf("child: %w", err)
 	}
-	defer lockRDB.Close()
-	data, err := newClient(f.redisURL)
-	if err != nil {
-		return err
-	}
-	defer data.Close()
-	if err := data.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("child %s: %w", c.impl, err)
-	}
-	r := contend(ctx, contendParams{
-		impl:     cfg.make(lockRDB),
-		data:     data,
-		keys:     keys{lock: c.lockKey, counter: c.counterKey},
+	defer l.close()
+	r := l.run(ctx, contendParams{
+		keys:     keys{lock: c.lockKey, counter: c.counterKey, check: c.checkKey},
 		workers:  f.workers,
 		start:    time.Unix(0, c.startAt),
 		duration: f.duration,
 		bound:    f.bound,
-		cs:       f.cs,
+		sleep:    f.cs,
 		clock:    wallClock,
 	})
 	if err := ctx.Err(); err != nil {
@@ -61,12 +61,13 @@ func runChild(ctx context.Context, f flags, c childFlags) error {
 	return json.NewEncoder(os.Stdout).Encode(r)
 }
 
-// contendProcs runs the contended loop in procs child processes (this very
-// binary with -child) of workersPerProc goroutines each, all starting at the
-// same moment, and merges their runs. The children are killed if ctx ends
-// (the parent is interrupted) or one of them fails, and by the kernel if the
-// parent dies.
-func contendProcs(parent context.Context, f flags, cfg config, k keys, procs, workersPerProc int) (run, error) {
+// contendProcs runs setup s of cfg in s.procs child processes (this very
+// binary with -child) of s.workers goroutines each, all starting at the same
+// moment, and merges their runs. atStart is called just before that moment,
+// once the children have had time to connect. The children are killed if
+// ctx ends (the parent is interrupted), atStart fails or one of them fails,
+// and by the kernel if the parent dies.
+func contendProcs(parent context.Context, f flags, cfg config, s setup, k keys, atStart func() error) (run, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return run{}, err
@@ -74,22 +75,12 @@ func contendProcs(parent context.Context, f flags, cfg config, k keys, procs, wo
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 
-	startAt := time.Now().Add(time.Second) // time for the children to start
-	args := []string{
-		"-child", cfg.name,
-		"-redis", f.redisURL,
-		"-lock-key", k.lock,
-		"-counter-key", k.counter,
-		"-start-at", strconv.FormatInt(startAt.UnixNano(), 10),
-		"-workers", strconv.Itoa(workersPerProc),
-		"-duration", f.duration.String(),
-		"-bound", f.bound.String(),
-		"-cs", f.cs.String(),
-	}
-	runs := make([]run, procs)
-	errs := make([]error, procs)
+	startAt := time.Now().Add(childLead)
+	args := childArgs(f, cfg, s, k, startAt)
+	runs := make([]run, s.procs)
+	errs := make([]error, s.procs+1)
 	var wg sync.WaitGroup
-	for i := range procs {
+	for i := range s.procs {
 		var stdout bytes.Buffer
 		cmd := exec.CommandContext(ctx, exe, args...)
 		cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
@@ -111,6 +102,11 @@ func contendProcs(parent context.Context, f flags, cfg config, k keys, procs, wo
 			}
 		})
 	}
+	if sleepUntil(ctx, startAt.Add(-snapshotLead)) {
+		if errs[s.procs] = atStart(); errs[s.procs] != nil {
+			cancel()
+		}
+	}
 	wg.Wait()
 	if err := parent.Err(); err != nil {
 		return run{}, err
@@ -120,9 +116,44 @@ func contendProcs(parent context.Context, f flags, cfg config, k keys, procs, wo
 			return run{}, err
 		}
 	}
-	merged := run{Start: startAt.UnixNano(), End: startAt.Add(f.duration).UnixNano()}
+	return mergeRuns(runs, startAt, f.duration), nil
+}
+
+// childArgs are the command-line arguments of a child of contendProcs.
+func childArgs(f flags, cfg config, s setup, k keys, startAt time.Time) []string {
+	return []string{
+		"-child", cfg.name,
+		"-redis", f.redisURL,
+		"-lock-key", k.lock,
+		"-counter-key", k.counter,
+		"-check-key", k.check,
+		"-start-at", strconv.FormatInt(startAt.UnixNano(), 10),
+		"-workers", strconv.Itoa(s.workers),
+		"-duration", f.duration.String(),
+		"-bound", f.bound.String(),
+		"-cs", s.sleep.String(),
+	}
+}
+
+// mergeRuns joins the children's runs into one over the common window.
+func mergeRuns(runs []run, startAt time.Time, d time.Duration) run {
+	merged := run{Start: startAt.UnixNano(), End: startAt.Add(d).UnixNano()}
 	for _, r := range runs {
 		merged.Workers = append(merged.Workers, r.Workers...)
+		merged.LockCmds += r.LockCmds
 	}
-	return merged, nil
+	return merged
+}
+
+// sleepUntil waits until t and reports true, or reports false if ctx ends
+// first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

@@ -11,10 +11,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// keys are the Redis keys of one contended run.
+// keys are the Redis keys of one run.
 type keys struct {
 	lock    string // the one lock everyone fights for
 	counter string // incremented non-atomically under the lock
+	check   string // set to the counter's new value after it, under the lock
+}
+
+// keysFor returns the keys of a run, all starting with prefix.
+func keysFor(prefix string) keys {
+	return keys{lock: prefix + "lock", counter: prefix + "counter", check: prefix + "check"}
 }
 
 // record is one acquisition, in the run's clock (nanoseconds): when the
@@ -32,28 +38,31 @@ type workerResult struct {
 	Timeouts    int      `json:"timeouts"`     // attempts that hit the bound
 	GaveUp      int      `json:"gave_up"`      // attempts that failed before the bound
 	ReleaseErrs int      `json:"release_errs"` // releases that returned an error
+	Torn        int      `json:"torn"`         // critical sections that read counter and check out of step
 	Errors      []string `json:"errors,omitempty"`
 	Records     []record `json:"records"`
 }
 
 // run is the outcome of one contended run, from one or several processes.
 // Start and End bound the measuring window in the clock of the records.
+// LockCmds counts the commands the lock clients sent (see sentCounter).
 type run struct {
-	Start   int64          `json:"start"`
-	End     int64          `json:"end"`
-	Workers []workerResult `json:"workers"`
+	Start    int64          `json:"start"`
+	End      int64          `json:"end"`
+	Workers  []workerResult `json:"workers"`
+	LockCmds int64          `json:"lock_cmds"`
 }
 
 // contendParams set up a contended run.
 type contendParams struct {
 	impl     impl
-	data     *redis.Client // for the critical section's GET/SET
+	data     *redis.Client // for the critical section's GETs and SETs
 	keys     keys
 	workers  int
 	start    time.Time // when to begin (the run waits for it)
 	duration time.Duration
 	bound    time.Duration // give up on one acquisition after this long
-	cs       time.Duration // sleep inside the critical section
+	sleep    time.Duration // in the middle of the critical section
 	clock    func() int64  // timestamps of the records
 }
 
@@ -103,7 +112,9 @@ func worker(ctx context.Context, p contendParams, end time.Time) workerResult {
 			continue
 		}
 		acquired := p.clock()
-		criticalSection(p)
+		if criticalSection(p.data, p.keys, p.sleep) {
+			w.Torn++
+		}
 		released := p.clock()
 		rctx, rcancel := context.WithTimeout(context.Background(), p.bound)
 		if err := unlock(rctx); err != nil {
@@ -117,19 +128,50 @@ func worker(ctx context.Context, p contendParams, end time.Time) workerResult {
 	return w
 }
 
-// criticalSection increments the counter non-atomically (GET, sleep, SET):
-// two holders at once would lose an update. It runs to completion whatever
-// the run's context, so that every acquisition counts once.
-func criticalSection(p contendParams) {
+// criticalSection is the work done under the lock, four calls on the data
+// client: GET counter, GET check, the sleep (if any), SET counter n+1, SET
+// check n+1. Two holders at once lose an update of the counter (found at the
+// end by comparing it with the acquisitions) and may read counter and check
+// out of step, which it reports as torn. It runs to completion whatever the
+// run's context, so that every acquisition counts once.
+func criticalSection(data *redis.Client, k keys, sleep time.Duration) (torn bool) {
 	ctx := context.Background()
-	n, err := p.data.Get(ctx, p.keys.counter).Int64()
-	if err != nil && err != redis.Nil {
+	n, err := getInt(ctx, data, k.counter)
+	if err != nil {
 		n = math.MinInt32 // makes the check fail loudly
 	}
-	time.Sleep(p.cs)
-	p.data.Set(ctx, p.keys.counter, n+1, 0)
+	m, checkErr := getInt(ctx, data, k.check)
+	if sleep > 0 {
+		time.Sleep(sleep)
+	}
+	data.Set(ctx, k.counter, n+1, 0)
+	data.Set(ctx, k.check, n+1, 0)
+	return err == nil && checkErr == nil && m != n
 }
 
+// alone runs the critical section back to back in one goroutine, without a
+// lock, for d or until ctx ends, and returns how many ran in how long: the
+// throughput no lock that serializes them can beat.
+func alone(ctx context.Context, data *redis.Client, k keys, sleep, d time.Duration) (int, time.Duration) {
+	start := time.Now()
+	n := 0
+	for ctx.Err() == nil && time.Since(start) < d {
+		criticalSection(data, k, sleep)
+		n++
+	}
+	return n, time.Since(start)
+}
+
+// getInt reads an integer key, 0 if it does not exist.
+func getInt(ctx context.Context, rdb *redis.Client, key string) (int64, error) {
+	n, err := rdb.Get(ctx, key).Int64()
+	if err == redis.Nil {
+		return 0, nil
+	}
+	return n, err
+}
+
+// noteError keeps the first few distinct errors.
 func (w *workerResult) noteError(err error) {
 	if len(w.Errors) < 3 && !slices.Contains(w.Errors, err.Error()) {
 		w.Errors = append(w.Errors, err.Error())
@@ -149,11 +191,14 @@ type contendStats struct {
 	timeouts    int
 	gaveUp      int
 	releaseErrs int
+	torn        int // critical sections that read counter and check out of step
 	reacquired  int // acquisitions by the worker that held the lock just before
 	overlaps    int // an acquisition before the previous holder began to release
 	errors      []string
 }
 
+// analyse summarises a run: throughput in its window, fairness, waits,
+// hand-offs and failures.
 func analyse(r run) contendStats {
 	var s contendStats
 	type acq struct {
@@ -167,6 +212,7 @@ func analyse(r run) contendStats {
 		s.timeouts += w.Timeouts
 		s.gaveUp += w.GaveUp
 		s.releaseErrs += w.ReleaseErrs
+		s.torn += w.Torn
 		least = min(least, w.Acquired)
 		for _, rec := range w.Records {
 			all = append(all, acq{rec, i})

@@ -38,17 +38,18 @@ type config struct {
 	contextTimeout bool
 }
 
+// ours reports whether a configuration is this module's rather than a
+// peer's.
+func (c config) ours() bool { return strings.HasPrefix(c.name, "ours") }
+
 // lockClient returns a client for the configuration's lock operations.
 func (c config) lockClient(url string) (*redis.Client, error) {
-	rdb, err := newClient(url)
-	if err == nil && c.contextTimeout {
-		opt := rdb.Options()
-		_ = rdb.Close()
-		o := *opt
-		o.ContextTimeoutEnabled = true
-		rdb = redis.NewClient(&o)
+	opt, err := clientOptions(url)
+	if err != nil {
+		return nil, err
 	}
-	return rdb, err
+	opt.ContextTimeoutEnabled = c.contextTimeout
+	return redis.NewClient(opt), nil
 }
 
 // configs are the configurations compared, in table order.
@@ -79,6 +80,7 @@ var configs = []config{
 	}, false},
 }
 
+// findConfig returns the configuration called name.
 func findConfig(name string) (config, error) {
 	var names []string
 	for _, c := range configs {

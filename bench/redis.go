@@ -44,6 +44,8 @@ func startServer(ctx context.Context) (*server, error) {
 	return nil, lastErr
 }
 
+// launch starts redis-server from bin on a free port and waits until it
+// answers.
 func launch(ctx context.Context, bin string) (*server, error) {
 	port, err := freePort()
 	if err != nil {
@@ -92,6 +94,7 @@ func launch(ctx context.Context, bin string) (*server, error) {
 	}
 }
 
+// url is the server's redis:// URL.
 func (s *server) url() string { return "redis://" + s.addr }
 
 // stop terminates the server (SIGTERM, then SIGKILL after 2s), reaps it and
@@ -107,6 +110,7 @@ func (s *server) stop() {
 	os.RemoveAll(s.dir)
 }
 
+// freePort returns a loopback TCP port that was free a moment ago.
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -116,6 +120,7 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
+// lastLines returns the last n lines of s, joined by " | ".
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	if len(lines) > n {
@@ -124,38 +129,83 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
+// newClient returns a client of the Redis at url.
 func newClient(url string) (*redis.Client, error) {
-	opt, err := redis.ParseURL(url)
+	opt, err := clientOptions(url)
 	if err != nil {
-		return nil, fmt.Errorf("-redis %q: %w", url, err)
+		return nil, err
 	}
 	return redis.NewClient(opt), nil
 }
 
-// commandStats reads INFO commandstats: calls per command name ("set",
-// "client|setinfo", ...). Commands run by Lua scripts are counted too.
-func commandStats(ctx context.Context, rdb *redis.Client) (map[string]int64, error) {
-	info, err := rdb.Info(ctx, "commandstats").Result()
+// clientOptions parses a redis:// URL.
+func clientOptions(url string) (*redis.Options, error) {
+	opt, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("-redis %q: %w", url, err)
 	}
-	stats := make(map[string]int64)
+	return opt, nil
+}
+
+// serverSnap is what a redis-server reports of its own load at one moment.
+type serverSnap struct {
+	cpu   float64          // used_cpu_sys + used_cpu_user: seconds of CPU, all its threads
+	calls map[string]int64 // INFO commandstats calls per command name ("set", "client|setinfo", ...), Lua-internal calls included
+}
+
+// snapshot reads INFO cpu and commandstats, in one command.
+func snapshot(ctx context.Context, rdb *redis.Client) (serverSnap, error) {
+	info, err := rdb.Info(ctx, "cpu", "commandstats").Result()
+	if err != nil {
+		return serverSnap{}, err
+	}
+	s := serverSnap{calls: make(map[string]int64)}
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+		if !ok {
 			continue
 		}
-		for _, field := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(field, "calls="); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					return nil, fmt.Errorf("commandstats line %q: %w", line, err)
-				}
-				stats[strings.TrimPrefix(name, "cmdstat_")] = n
+		switch {
+		case name == "used_cpu_sys" || name == "used_cpu_user":
+			v, err := strconv.ParseFloat(rest, 64)
+			if err != nil {
+				return serverSnap{}, fmt.Errorf("INFO cpu line %q: %w", line, err)
 			}
+			s.cpu += v
+		case strings.HasPrefix(name, "cmdstat_"):
+			n, err := callsField(rest)
+			if err != nil {
+				return serverSnap{}, fmt.Errorf("commandstats line %q: %w", line, err)
+			}
+			s.calls[strings.TrimPrefix(name, "cmdstat_")] = n
 		}
 	}
-	return stats, nil
+	return s, nil
+}
+
+// connectedClients returns the number of clients connected to the server,
+// the caller included.
+func connectedClients(ctx context.Context, rdb *redis.Client) (int, error) {
+	info, err := rdb.Info(ctx, "clients").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_clients:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("INFO clients: no connected_clients")
+}
+
+// callsField returns the calls=N field of a commandstats line's value.
+func callsField(fields string) (int64, error) {
+	for _, field := range strings.Split(fields, ",") {
+		if v, ok := strings.CutPrefix(field, "calls="); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("no calls field")
 }
 
 // bookkeeping reports whether a command is the harness's or a connection's
@@ -185,11 +235,14 @@ func statsDelta(before, after map[string]int64) map[string]int64 {
 
 // sentCounter is a go-redis hook that counts the commands a client sends
 // (a pipeline counts each of its commands; go-redis's own retries of one
-// command count once).
+// command count once). go-redis writes the commands of a PubSub (SUBSCRIBE,
+// UNSUBSCRIBE, ...) without running the hooks: see subscriptionCmds.
 type sentCounter struct{ n atomic.Int64 }
 
+// DialHook leaves dialing alone.
 func (c *sentCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// ProcessHook counts one command.
 func (c *sentCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.n.Add(1)
@@ -197,11 +250,23 @@ func (c *sentCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// ProcessPipelineHook counts each command of a pipeline.
 func (c *sentCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		c.n.Add(int64(len(cmds)))
 		return next(ctx, cmds)
 	}
+}
+
+// subscriptionCmds counts, in a commandstats delta, the commands go-redis
+// sends on PubSub connections without running its hooks, so that sentCounter
+// misses them: the subscribe and unsubscribe commands.
+func subscriptionCmds(delta map[string]int64) int64 {
+	var n int64
+	for _, cmd := range []string{"subscribe", "unsubscribe", "psubscribe", "punsubscribe", "ssubscribe", "sunsubscribe"} {
+		n += delta[cmd]
+	}
+	return n
 }
 
 // isTimeout reports whether a lock attempt ended because its bound passed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -13,64 +14,168 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// renderReport formats the results as markdown: a header with the setup,
-// the table, and notes per configuration.
-func renderReport(ctx context.Context, f flags, admin *redis.Client, owned bool, rows []row) string {
+// renderReport formats the results as markdown: a header, the uncontended
+// cycles, one table per setup, the ratios of ours to the best peer and notes
+// per configuration.
+func renderReport(ctx context.Context, f flags, admin *redis.Client, owned bool, res *results) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "## redislock benchmark\n\n")
-	fmt.Fprintf(&b, "%s; %s; redis-server %s (%s); %d CPUs, %s.\n",
-		strings.Join(moduleVersions(), ", "), runtime.Version(), redisVersion(ctx, admin),
-		map[bool]string{true: "started by the harness", false: "given by -redis"}[owned], runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH)
-	fmt.Fprintf(&b, "Contended runs: %v each, critical section = GET counter, sleep %v, SET counter+1; lease %v; an acquisition is given up after %v.\n",
-		f.duration, f.cs, leaseTTL, f.bound)
-	fmt.Fprintf(&b, "1p = %d goroutines in one process; %dp = %d processes x %d goroutines. Pairs a / b read 1p / %dp unless the header says otherwise. See README.md for the columns.\n\n",
-		f.workers, f.procs, f.procs, f.procWorkers, f.procs)
-
-	header := []string{"impl", "solo µs", "CS/s 1p", fmt.Sprintf("CS/s %dp", f.procs), "fair 1p/" + fmt.Sprint(f.procs) + "p",
-		"hand-off p50/p99 ms 1p", fmt.Sprintf("hand-off p50/p99 ms %dp", f.procs), "wait p99/max ms 1p", fmt.Sprintf("wait p99/max ms %dp", f.procs),
-		"cmds/acq srv", "cmds/acq sent", "timeouts", "gave up", "lost updates"}
-	table := [][]string{header}
-	for _, r := range rows {
-		table = append(table, []string{
-			r.cfg.name,
-			fmt.Sprintf("%.0f", float64(r.solo)/float64(time.Microsecond)),
-			fmt.Sprintf("%.0f", r.one.perSec),
-			fmt.Sprintf("%.0f", r.multi.perSec),
-			fmt.Sprintf("%.2f / %.2f", r.one.fairness, r.multi.fairness),
-			fmt.Sprintf("%s / %s", ms(r.one.handoffP50), ms(r.one.handoffP99)),
-			fmt.Sprintf("%s / %s", ms(r.multi.handoffP50), ms(r.multi.handoffP99)),
-			fmt.Sprintf("%s / %s", ms(r.one.waitP99), ms(r.one.waitMax)),
-			fmt.Sprintf("%s / %s", ms(r.multi.waitP99), ms(r.multi.waitMax)),
-			fmt.Sprintf("%.2f", r.srvPerAcq),
-			fmt.Sprintf("%.2f", r.sentPerAcq),
-			fmt.Sprintf("%d / %d", r.one.timeouts, r.multi.timeouts),
-			fmt.Sprintf("%d / %d", r.one.gaveUp, r.multi.gaveUp),
-			fmt.Sprintf("%d / %d", r.lostOne, r.lostMulti),
-		})
+	writeHeader(ctx, &b, f, admin, owned)
+	writeSolo(&b, res)
+	sums := make(map[string][]summary)
+	for _, s := range res.setups {
+		sums[s.name] = make([]summary, len(res.cfgs))
+		for i := range res.cfgs {
+			sums[s.name][i] = summarize(res.runs[s.name][i])
+		}
+		writeSetup(&b, f, s, res, sums[s.name])
 	}
-	writeTable(&b, table)
-
-	fmt.Fprintf(&b, "\nNotes per configuration (1p command mix is commandstats calls per acquisition, Lua-internal calls included, the harness's GET/SET removed):\n\n")
-	for _, r := range rows {
-		fmt.Fprintf(&b, "- **%s**: %s. Acquisitions %d / %d, of which re-acquired by the previous holder %s / %s; hand-offs measured %d / %d; 1p mix: %s.",
-			r.cfg.name, r.cfg.desc, r.one.acquired, r.multi.acquired, pct(r.one.reacquired, r.one.acquired), pct(r.multi.reacquired, r.multi.acquired),
-			r.one.handoffs, r.multi.handoffs, formatMix(r.mix))
-		if n := r.one.releaseErrs + r.multi.releaseErrs; n > 0 {
-			fmt.Fprintf(&b, " Release errors: %d / %d.", r.one.releaseErrs, r.multi.releaseErrs)
-		}
-		if n := r.one.overlaps + r.multi.overlaps; n > 0 {
-			fmt.Fprintf(&b, " OVERLAPPING HOLDERS seen in timestamps: %d / %d.", r.one.overlaps, r.multi.overlaps)
-		}
-		if errs := append(slices.Clone(r.one.errors), r.multi.errors...); len(errs) > 0 {
-			slices.Sort(errs)
-			fmt.Fprintf(&b, " Errors seen: %q.", slices.Compact(errs))
-		}
-		b.WriteString("\n")
-	}
+	writeRatios(&b, res, sums)
+	writeNotes(&b, res, sums)
 	if !owned {
-		b.WriteString("\nThe Redis server was given with -redis: commands of other clients in the same window are counted too.\n")
+		b.WriteString("\nThe Redis server was given with -redis: its CPU and the commands of other clients in the same windows are counted too.\n")
 	}
 	return b.String()
+}
+
+// writeHeader writes the title, the versions and what a run does.
+func writeHeader(ctx context.Context, b *strings.Builder, f flags, admin *redis.Client, owned bool) {
+	fmt.Fprintf(b, "## redislock benchmark\n\n")
+	fmt.Fprintf(b, "%s; %s; redis-server %s (%s); %d CPUs, %s.\n",
+		strings.Join(moduleVersions(), ", "), runtime.Version(), redisVersion(ctx, admin),
+		map[bool]string{true: "started by the harness", false: "given by -redis"}[owned], runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH)
+	fmt.Fprintf(b, "Each run: workers fight for one lock key for %v; critical section = GET counter, GET check, [sleep %v], SET counter n+1, SET check n+1 on a data client of its own; lease %v; an acquisition is given up after %v.\n",
+		f.duration, f.cs, leaseTTL, f.bound)
+	if f.repeat > 1 {
+		fmt.Fprintf(b, "Every run repeated %d times: medians, spread = (max - min) / median; counts are totals.\n", f.repeat)
+	}
+	b.WriteString("See README.md for the columns.\n")
+}
+
+// writeSolo writes the table of the uncontended cycles, which also says
+// what each configuration is.
+func writeSolo(b *strings.Builder, res *results) {
+	b.WriteString("\n### Uncontended\n\n")
+	table := [][]string{{"impl", "solo µs", "what"}}
+	for i, c := range res.cfgs {
+		table = append(table, []string{c.name, fmt.Sprintf("%.0f", float64(res.solo[i])/float64(time.Microsecond)), c.desc})
+	}
+	writeTable(b, table)
+}
+
+// writeSetup writes a setup's heading, its critical section alone and its
+// table.
+func writeSetup(b *strings.Builder, f flags, s setup, res *results, sums []summary) {
+	a := summarizeAlone(res.alone[s.name])
+	fmt.Fprintf(b, "\n### %s: %s\n\n", s.name, s.describe())
+	fmt.Fprintf(b, "Critical section alone (one goroutine, no lock): %.0f CS/s, redis-server CPU %s µs per CS.", a.perSec, us(a.cpuPerCS))
+	if med, most, ok := res.othersLoad(s); ok {
+		fmt.Fprintf(b, " Other programs on the machine used %s of a core during these runs (median; at most %s).", percent(max(med, 0)), percent(max(most, 0)))
+	}
+	b.WriteString("\n\n")
+	perSecHead, rawHead := "CS/s", "srv CPU µs/acq raw"
+	if f.repeat > 1 {
+		perSecHead, rawHead = perSecHead+" (spread)", rawHead+" (spread)"
+	}
+	table := [][]string{{"impl", perSecHead, "÷ alone", "lock cmds/acq", "srv cmds/acq", "srv CPU µs/acq", rawHead,
+		"fair", "hand-off p50/p99 ms", "wait p99/max ms", "timeouts", "gave up", "lost"}}
+	for i, c := range res.cfgs {
+		table = append(table, setupRow(c, sums[i], a, f.repeat > 1))
+	}
+	writeTable(b, table)
+}
+
+// setupRow is a configuration's row in a setup's table (see writeSetup).
+func setupRow(c config, sm summary, a aloneSummary, spreads bool) []string {
+	withSpread := func(v string, spread float64) string {
+		if !spreads {
+			return v
+		}
+		return v + " (" + percent(spread) + ")"
+	}
+	return []string{
+		c.name,
+		withSpread(fmt.Sprintf("%.0f", sm.perSec), sm.perSecSpread),
+		ratio(sm.perSec, a.perSec),
+		fmt.Sprintf("%.2f", sm.lockPerAcq),
+		fmt.Sprintf("%.2f", sm.srvPerAcq),
+		us(sm.cpuPerAcq - a.cpuPerCS),
+		withSpread(us(sm.cpuPerAcq), sm.cpuSpread),
+		fmt.Sprintf("%.2f", sm.fairness),
+		fmt.Sprintf("%s / %s", ms(sm.handoffP50), ms(sm.handoffP99)),
+		fmt.Sprintf("%s / %s", ms(sm.waitP99), ms(sm.waitMax)),
+		fmt.Sprint(sm.timeouts),
+		fmt.Sprint(sm.gaveUp),
+		fmt.Sprint(sm.lost),
+	}
+}
+
+// writeRatios writes, per setup, each of our configurations' throughput and
+// server CPU per acquisition divided by the best peer's.
+func writeRatios(b *strings.Builder, res *results, sums map[string][]summary) {
+	var ours []int
+	for i, c := range res.cfgs {
+		if c.ours() {
+			ours = append(ours, i)
+		}
+	}
+	if len(ours) == 0 || len(ours) == len(res.cfgs) {
+		return
+	}
+	b.WriteString("\n### Ratios: ours ÷ best peer\n\n")
+	b.WriteString("Best peer: the peer configuration with the most CS/s in the setup. CS/s: above 1 is better. " +
+		"Server CPU per acquisition, the lock's share (raw in brackets): below 1 is better.\n\n")
+	head := []string{"setup", "best peer"}
+	for _, i := range ours {
+		head = append(head, res.cfgs[i].name+" CS/s", res.cfgs[i].name+" srv CPU/acq")
+	}
+	table := [][]string{head}
+	for _, s := range res.setups {
+		ss, a := sums[s.name], summarizeAlone(res.alone[s.name])
+		best := bestPeer(res.cfgs, ss)
+		row := []string{s.name, res.cfgs[best].name}
+		for _, i := range ours {
+			row = append(row, ratio(ss[i].perSec, ss[best].perSec),
+				fmt.Sprintf("%s (%s)", ratio(ss[i].cpuPerAcq-a.cpuPerCS, ss[best].cpuPerAcq-a.cpuPerCS), ratio(ss[i].cpuPerAcq, ss[best].cpuPerAcq)))
+		}
+		table = append(table, row)
+	}
+	writeTable(b, table)
+}
+
+// writeNotes writes, per configuration and setup, the acquisitions, the
+// server's command mix and anything that went wrong.
+func writeNotes(b *strings.Builder, res *results, sums map[string][]summary) {
+	b.WriteString("\n### Notes\n\nPer configuration and setup: acquisitions (all repetitions), the share re-acquired by the previous holder, hand-offs measured, " +
+		"the share of a core other programs used during the run (median), " +
+		"and commandstats calls per acquisition (Lua-internal calls included, the critical sections' GETs and SETs removed).\n\n")
+	for i, c := range res.cfgs {
+		fmt.Fprintf(b, "- **%s**\n", c.name)
+		for _, s := range res.setups {
+			sm := sums[s.name][i]
+			fmt.Fprintf(b, "  - %s: %d acquisitions, %s re-acquired, %d hand-offs, others' CPU %s; %s.%s\n",
+				s.name, sm.acquired, pct(sm.reacquired, sm.acquired), sm.handoffs, percent(max(sm.others, 0)), formatMix(sm.mix), problems(sm))
+		}
+	}
+}
+
+// problems describes what went wrong in a summary, if anything.
+func problems(sm summary) string {
+	var out string
+	if sm.releaseErrs > 0 {
+		out += fmt.Sprintf(" Release errors: %d.", sm.releaseErrs)
+	}
+	if sm.overlaps > 0 {
+		out += fmt.Sprintf(" OVERLAPPING HOLDERS seen in timestamps: %d.", sm.overlaps)
+	}
+	if sm.torn > 0 {
+		out += fmt.Sprintf(" TORN critical sections (counter and check out of step): %d.", sm.torn)
+	}
+	if len(sm.errors) > 0 {
+		errs := slices.Clone(sm.errors)
+		slices.Sort(errs)
+		out += fmt.Sprintf(" Errors seen: %q.", errs)
+	}
+	return out
 }
 
 // writeTable writes a markdown table with padded columns.
@@ -99,6 +204,7 @@ func writeTable(b *strings.Builder, rows [][]string) {
 	}
 }
 
+// pct formats n out of of as a whole percentage, "-" for none.
 func pct(n, of int) string {
 	if of == 0 {
 		return "-"
@@ -106,6 +212,26 @@ func pct(n, of int) string {
 	return fmt.Sprintf("%.0f%%", 100*float64(n)/float64(of))
 }
 
+// ratio formats a/b, "-" if b is not positive.
+func ratio(a, b float64) string {
+	if b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+// percent formats a fraction as a whole percentage, "-" if unknown (NaN).
+func percent(x float64) string {
+	if math.IsNaN(x) {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*x)
+}
+
+// us formats seconds as microseconds.
+func us(sec float64) string { return fmt.Sprintf("%.1f", sec*1e6) }
+
+// ms formats a duration in milliseconds with about 3 significant digits.
 func ms(d time.Duration) string {
 	v := float64(d) / float64(time.Millisecond)
 	switch {
@@ -118,6 +244,7 @@ func ms(d time.Duration) string {
 	}
 }
 
+// formatMix lists a command mix, most frequent first.
 func formatMix(mix map[string]float64) string {
 	if len(mix) == 0 {
 		return "-"
@@ -156,6 +283,7 @@ func moduleVersions() []string {
 	return out
 }
 
+// redisVersion returns the server's version, "?" if unknown.
 func redisVersion(ctx context.Context, rdb *redis.Client) string {
 	info, err := rdb.Info(ctx, "server").Result()
 	if err != nil {

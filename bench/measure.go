@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// harness is what the parent's measurements share.
+type harness struct {
+	f      flags
+	admin  *redis.Client // flushes and reads the server between runs, never during one
+	owned  bool          // the harness started redis-server: see prepare
+	prefix string        // of every key
+}
+
+// sample is what one contended run of one configuration in one setup
+// measured.
+type sample struct {
+	stats    contendStats
+	lost     int64            // acquisitions minus the final counter
+	lockCmds int64            // commands the lock clients sent (hooks + subscriptions)
+	srvCmds  map[string]int64 // commandstats delta without bookkeeping and the critical sections' calls
+	cpu      float64          // redis-server CPU seconds over the run
+	others   float64          // share of a core other programs used meanwhile (NaN: unknown)
+}
+
+// aloneSample is one run of the critical section alone: one worker, no lock.
+type aloneSample struct {
+	n       int           // critical sections run
+	elapsed time.Duration // how long they took
+	cpu     float64       // redis-server CPU seconds over them
+	others  float64       // share of a core other programs used meanwhile (NaN: unknown)
+}
+
+// mark is the server's and the machine's counters at one moment.
+type mark struct {
+	srv serverSnap
+	cpu cpuMark
+}
+
+// mark reads the counters: one INFO command on the admin client.
+func (h *harness) mark(ctx context.Context) (mark, error) {
+	srv, err := snapshot(ctx, h.admin)
+	return mark{srv: srv, cpu: markCPU()}, err
+}
+
+// usage returns the redis-server CPU seconds between two marks and the share
+// of a core other programs used meanwhile.
+func usage(before, after mark) (redisCPU, others float64) {
+	redisCPU = after.srv.cpu - before.srv.cpu
+	return redisCPU, othersShare(before.cpu, after.cpu, redisCPU)
+}
+
+// csCalls are the commands of one critical section: its GETs and SETs.
+var csCalls = map[string]int64{"get": 2, "set": 2}
+
+// measureAll runs every setup of every configuration, f.repeat times, and
+// the critical section alone before each setup. Within a repetition the
+// setups run in order and, in each, the configurations back to back in an
+// order that rotates from one repetition to the next.
+func (h *harness) measureAll(ctx context.Context, res *results) error {
+	p := progress{total: h.f.repeat * len(res.setups) * (len(res.cfgs) + 1)}
+	for rep := range h.f.repeat {
+		for _, s := range res.setups {
+			if err := h.measureSetup(ctx, res, s, rep, &p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// measureSetup runs, for repetition rep, the critical section of setup s
+// alone and then s for every configuration, adding to res.
+func (h *harness) measureSetup(ctx context.Context, res *results, s setup, rep int, p *progress) error {
+	p.log("rep %d, %s: critical section alone", rep+1, s.name)
+	a, err := h.measureAlone(ctx, s, h.prefix+fmt.Sprintf("alone:%s:%d:", s.name, rep))
+	if err != nil {
+		return fmt.Errorf("%s alone: %w", s.name, err)
+	}
+	res.alone[s.name] = append(res.alone[s.name], a)
+	for j := range res.cfgs {
+		i := (j + rep) % len(res.cfgs)
+		cfg := res.cfgs[i]
+		p.log("rep %d, %s: %s", rep+1, s.name, cfg.name)
+		sm, err := h.measure(ctx, cfg, s, keysFor(h.prefix+fmt.Sprintf("%s:%s:%d:", cfg.name, s.name, rep)))
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", s.name, cfg.name, err)
+		}
+		res.runs[s.name][i] = append(res.runs[s.name][i], sm)
+	}
+	return nil
+}
+
+// progress logs the runs as they start, numbered.
+type progress struct{ done, total int }
+
+// log counts a run and logs its number and format, args.
+func (p *progress) log(format string, args ...any) {
+	p.done++
+	logf("[%d/%d] "+format, append([]any{p.done, p.total}, args...)...)
+}
+
+// measure runs setup s of cfg once, from an empty Redis when the harness
+// owns it, and reads the server's counters just before it starts and once
+// its workers have all stopped and closed their clients.
+func (h *harness) measure(ctx context.Context, cfg config, s setup, k keys) (sample, error) {
+	if err := h.prepare(ctx); err != nil {
+		return sample{}, err
+	}
+	defer h.del(ctx, k)
+	var before mark
+	atStart := func() (err error) {
+		before, err = h.mark(ctx)
+		return err
+	}
+	var r run
+	var err error
+	if s.procs == 1 {
+		r, err = h.contendHere(ctx, cfg, s, k, atStart)
+	} else {
+		r, err = contendProcs(ctx, h.f, cfg, s, k, atStart)
+	}
+	if err != nil {
+		return sample{}, err
+	}
+	after, err := h.mark(ctx)
+	if err != nil {
+		return sample{}, err
+	}
+	sm := sample{stats: analyse(r)}
+	sm.cpu, sm.others = usage(before, after)
+	if sm.lost, err = lostUpdates(ctx, h.admin, k.counter, sm.stats.acquired); err != nil {
+		return sample{}, err
+	}
+	sm.srvCmds = statsDelta(before.srv.calls, after.srv.calls)
+	for cmd, n := range csCalls {
+		sm.srvCmds[cmd] -= n * int64(sm.stats.acquired)
+	}
+	sm.lockCmds = r.LockCmds + subscriptionCmds(sm.srvCmds)
+	return sm, nil
+}
+
+// contendHere runs setup s of cfg in this process, timestamped on the
+// monotonic clock, calling atStart once its clients are connected.
+func (h *harness) contendHere(ctx context.Context, cfg config, s setup, k keys, atStart func() error) (run, error) {
+	l, err := newLocalRun(ctx, h.f.redisURL, cfg, s.workers)
+	if err != nil {
+		return run{}, err
+	}
+	defer l.close()
+	if err := atStart(); err != nil {
+		return run{}, err
+	}
+	epoch := time.Now()
+	r := l.run(ctx, contendParams{
+		keys: k, workers: s.workers,
+		start: time.Now(), duration: h.f.duration, bound: h.f.bound, sleep: s.sleep,
+		clock: func() int64 { return int64(time.Since(epoch)) },
+	})
+	return r, ctx.Err()
+}
+
+// measureAlone runs the critical section of setup s alone (one worker, no
+// lock) for -duration, from an empty Redis when the harness owns it, and
+// reads the server's CPU around it.
+func (h *harness) measureAlone(ctx context.Context, s setup, prefix string) (aloneSample, error) {
+	if err := h.prepare(ctx); err != nil {
+		return aloneSample{}, err
+	}
+	k := keysFor(prefix)
+	defer h.del(ctx, k)
+	data, err := newClient(h.f.redisURL)
+	if err != nil {
+		return aloneSample{}, err
+	}
+	defer data.Close()
+	if err := data.Ping(ctx).Err(); err != nil {
+		return aloneSample{}, err
+	}
+	before, err := h.mark(ctx)
+	if err != nil {
+		return aloneSample{}, err
+	}
+	n, elapsed := alone(ctx, data, k, s.sleep, h.f.duration)
+	if err := ctx.Err(); err != nil {
+		return aloneSample{}, err
+	}
+	after, err := h.mark(ctx)
+	if err != nil {
+		return aloneSample{}, err
+	}
+	a := aloneSample{n: n, elapsed: elapsed}
+	a.cpu, a.others = usage(before, after)
+	return a, nil
+}
+
+// prepare readies a server the harness owns for a run: it empties it and
+// makes sure that the admin client is its only client, so that nothing but
+// the run's own clients loads it (those of the previous run may take a
+// moment to be gone).
+func (h *harness) prepare(ctx context.Context) error {
+	if !h.owned {
+		return nil
+	}
+	if err := h.admin.FlushAll(ctx).Err(); err != nil {
+		return err
+	}
+	for range 50 {
+		n, err := connectedClients(ctx, h.admin)
+		if err != nil || n <= 1 {
+			return err
+		}
+		if !sleepUntil(ctx, time.Now().Add(10*time.Millisecond)) {
+			return ctx.Err()
+		}
+	}
+	return errors.New("other clients stay connected to the redis-server between runs")
+}
+
+// del removes a run's keys (for a server given by -redis, where nothing is
+// flushed).
+func (h *harness) del(ctx context.Context, k keys) {
+	h.admin.Del(context.WithoutCancel(ctx), k.lock, k.counter, k.check)
+}
+
+// lostUpdates compares the counter incremented in the critical sections with
+// the number of acquisitions.
+func lostUpdates(ctx context.Context, rdb *redis.Client, counter string, acquired int) (int64, error) {
+	n, err := getInt(ctx, rdb, counter)
+	if err != nil {
+		return 0, fmt.Errorf("read counter: %w", err)
+	}
+	return int64(acquired) - n, nil
+}
