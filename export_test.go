@@ -9,9 +9,8 @@ var (
 
 // The line's timing (see line.go).
 const (
-	PlaceLease   = placeLease
-	HandoffLease = handoffLease
-	MaxPasses    = maxPasses
+	PlaceLease = placeLease
+	MaxPasses  = maxPasses
 )
 
 // SideKey is sideKey, for the tests that look at a key's line in Redis.

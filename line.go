@@ -22,16 +22,15 @@ import (
 //     channel of the line's Locker, or, for the releasing Locker's own line,
 //     in the release's reply. The head already holds the lock when it hears
 //     of it, and sends nothing to take it.
-//   - Passes. A lock that a Locker got from Redis (its hold) is passed by
+//   - Passes. A lock that a Locker got from Redis (a hold) is passed by
 //     Release straight to the head of the Locker's line, without a round
-//     trip, at most maxPasses times; when other processes already waited
-//     as the Locker got the key, only to the waiters that were in line
-//     then, so that everyone in every line has one turn per round. Then the
-//     key goes back to Redis, which hands it to the next place. So another
-//     process waits for at most maxPasses+1 critical sections of a Locker
-//     per turn. A fenced waiter is never passed a lock (each acquisition
-//     has a fence of its own), and neither is a waiter whose ttl the rest
-//     of the lease does not fit (between ttl/2 and ttl).
+//     trip, for a round of at most maxPasses passes and passSlice. Then the
+//     key goes back to Redis, which hands it to the next place in line. So
+//     another process waits, per Locker ahead of it, for one round: at most
+//     maxPasses+1 critical sections, and none that starts after passSlice.
+//     A fenced waiter is never passed a lock (each acquisition has a fence
+//     of its own), and neither is a waiter whose ttl the rest of the lease
+//     does not fit (between ttl/2 and ttl).
 //   - Nothing depends on a message. The head renews its place every
 //     placeRenew, and earlier when the holder's lease ends (an expiry
 //     announces nothing); an attempt that finds the key handed to it takes
@@ -42,15 +41,18 @@ import (
 //     once every command that carries its token has returned, so that no
 //     late command puts it back. A waiter that dies keeps its place until
 //     the place lapses (placeLease after its last renewal); a hand-off to
-//     it meanwhile holds the key for handoffLease at most.
+//     it meanwhile holds the key for the waiter's ttl, as if it had died
+//     holding the lock.
 //
 // The lease of a handed-over lock is measured from base: when the latest
 // command that confirmed the line's place was sent. That command ran before
 // the hand-off (the hand-off needs the place), and the hand-off set the lease
 // when it ran, so Until = base + lease is never later than Redis's expiry,
-// however late the announcement arrives. A waiter that wants a longer lease
-// than the hand-off set, or a fence it did not get, claims the lock before
-// its Obtain returns (claim: one refresh, measured from when it was sent).
+// however late the announcement arrives. A waiter whose lease that leaves
+// too short (less than half its ttl), or that wants another lease or a
+// fence than the place asked for (the first waiter of the line changed),
+// claims the lock before its Obtain returns: one refresh, the lease then
+// measured from when it was sent.
 const (
 	// placeLease is how long a place in line is kept after the command that
 	// took or renewed it: how long a dead waiter can hold up a line.
@@ -58,13 +60,13 @@ const (
 	// placeRenew is how often the head renews its place: three times per
 	// placeLease, so that one late or lost renewal costs nothing.
 	placeRenew = placeLease / 3
-	// handoffLease is the longest lease a hand-off sets, so that a waiter
-	// that died with a place in line holds up the key for at most
-	// placeLease + handoffLease. A live waiter with a longer ttl claims it:
-	// one round trip per hand-off (not per pass).
-	handoffLease = placeLease
-	// maxPasses bounds the passes of one hold.
+	// maxPasses and passSlice bound a round: a hold is passed at most
+	// maxPasses times, and not after passSlice. A slice of a few critical
+	// sections of a few hundred microseconds each saves most hand-offs,
+	// which cost a round trip and a wake-up of another process each, and
+	// keeps others' waits short when critical sections are long.
 	maxPasses = 16
+	passSlice = 10 * time.Millisecond
 )
 
 // errFenceNotIssued is a waiter's error when the key was to be handed to it
@@ -107,6 +109,7 @@ type line struct {
 
 	hold   *Lock       // this Locker's lock on the key, got through the line
 	passes int         // passes left for hold
+	round  time.Time   // when the hold was got from Redis
 	expiry *time.Timer // drops a line kept for its hold alone when the hold's lease ends
 
 	detached bool // out of byKey: the line only cleans up
@@ -230,8 +233,7 @@ func (ls *lines) next(l *Locker, ln *line, w *waiter) step {
 	}
 	ln.inflight++
 	ln.check = false
-	return step{attempt: &attemptArgs{key: ln.key, token: ln.token, locker: l.id, ttl: w.ttl, fenced: w.fenced,
-		place: placeLease, handoff: min(w.ttl, handoffLease)}}
+	return step{attempt: &attemptArgs{key: ln.key, token: ln.token, locker: l.id, ttl: w.ttl, fenced: w.fenced, place: placeLease}}
 }
 
 // attempted settles the line after its attempt a, sent at start.
@@ -242,7 +244,7 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 	switch {
 	case err == nil && res.ours:
 		ln.handed = nil
-		ls.grant(ln, newLock(l, ln.key, a.token, res.fence, a.ttl, start), res.waiting)
+		ls.grant(ln, newLock(l, ln.key, a.token, res.fence, a.ttl, start))
 	case err == nil:
 		ls.placed(l, ln, start)
 		ln.holdEnd = time.Time{}
@@ -269,12 +271,12 @@ func (ls *lines) placed(l *Locker, ln *line, start time.Time) {
 	}
 }
 
-// grant gives the key, which the line's token holds now, to the head.
-// waiting is the number of places left in line in Redis. The line takes a
-// new token for its next place.
-func (ls *lines) grant(ln *line, lk *Lock, waiting int64) {
+// grant gives the key, which the line's token holds now, to the head: a
+// new hold, which starts a round of passes. The line takes a new token for
+// its next place.
+func (ls *lines) grant(ln *line, lk *Lock) {
 	if len(ln.waiters) == 0 {
-		ln.handed = &handoff{fence: lk.fence, waiting: waiting, lease: lk.ttl} // for the clean-up
+		ln.handed = &handoff{fence: lk.fence, lease: lk.ttl} // for the clean-up
 		return
 	}
 	w := ln.waiters[0]
@@ -283,10 +285,7 @@ func (ls *lines) grant(ln *line, lk *Lock, waiting int64) {
 	lk.ttl = w.ttl
 	w.lock = lk
 	w.poke()
-	ln.hold, ln.passes = lk, maxPasses
-	if waiting > 0 {
-		ln.passes = min(maxPasses, len(ln.waiters))
-	}
+	ln.hold, ln.passes, ln.round = lk, maxPasses, time.Now()
 	ln.token, ln.place, ln.check, ln.holdEnd = newToken(), noPlace, false, time.Time{}
 }
 
@@ -304,7 +303,7 @@ func (ls *lines) settle(l *Locker, ln *line) {
 			ln.waiters[0].fail(errFenceNotIssued)
 		default:
 			ln.handed = nil
-			ls.grant(ln, newLock(l, ln.key, ln.token, h.fence, h.lease, ln.base), h.waiting)
+			ls.grant(ln, newLock(l, ln.key, ln.token, h.fence, h.lease, ln.base))
 		}
 	}
 	if len(ln.waiters) > 0 {
@@ -385,7 +384,7 @@ func (ls *lines) pass(lk *Lock) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln := ls.byKey[lk.key]
-	if ln == nil || ln.hold != lk || ln.passes == 0 || len(ln.waiters) == 0 {
+	if ln == nil || ln.hold != lk || ln.passes == 0 || len(ln.waiters) == 0 || time.Since(ln.round) > passSlice {
 		return false
 	}
 	w := ln.waiters[0]

@@ -79,20 +79,19 @@ func (s *subscription) run() {
 	}
 }
 
-// dispatch hands an announcement, "<fence> <waiting> <lease> <token> <key>"
-// (see handoffLua), to the lines.
+// dispatch hands an announcement, "<fence> <lease> <token> <key>" (see
+// handoffLua), to the lines.
 func (s *subscription) dispatch(payload string) {
-	f := strings.SplitN(payload, " ", 5)
-	if len(f) != 5 {
+	f := strings.SplitN(payload, " ", 4)
+	if len(f) != 4 {
 		return
 	}
 	fence, err1 := strconv.ParseInt(f[0], 10, 64)
-	waiting, err2 := strconv.ParseInt(f[1], 10, 64)
-	lease, err3 := strconv.ParseInt(f[2], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
+	lease, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err1 != nil || err2 != nil {
 		return
 	}
-	s.locker.lines.heard(s.locker, f[4], f[3], handoff{fence: fence, waiting: waiting, lease: time.Duration(lease) * time.Millisecond})
+	s.locker.lines.heard(s.locker, f[3], f[2], handoff{fence: fence, lease: time.Duration(lease) * time.Millisecond})
 }
 
 // isTimeout reports whether err is ReceiveTimeout's timeout.

@@ -24,13 +24,10 @@ import (
 //	K       the lock: the holder's token, with the lease as its expiry
 //	fence   counter of the fences issued for K (no expiry; see WithFencing)
 //	queue   list of the tokens of the places in line, first in line first
-//	places  hash token -> "deadline lease ttl fenced locker": until when
-//	        (ms, Redis clock) the place is kept; the lease (ms) to hand the
-//	        key over with, at most handoffLease, so that a waiter that died
-//	        before it heard of the hand-off holds the key no longer than
-//	        that; the waiter's ttl (ms), the lease when its own Locker hands
-//	        it the key (it is alive then); fencing ("1" or "0"); and the id
-//	        of the Locker to announce the hand-off to.
+//	places  hash token -> "deadline ttl fenced locker": until when (ms,
+//	        Redis clock) the place is kept, the lease (ms) and fencing ("1"
+//	        or "0") to hand the key over with, and the id of the Locker to
+//	        announce the hand-off to
 //
 // Invariant: while the queue is not empty, the key is not free. Whoever finds
 // the key free with places in line (a release, or an attempt after a lease
@@ -68,8 +65,8 @@ end
 // placeLua keeps a place in line for token: it records the place (see the
 // data above) and puts token at the end of the queue if it was not in line.
 const placeLua = `
-local function place(token, keep, lease, ttl, fenced, locker)
-	local value = (now + keep) .. " " .. lease .. " " .. ttl .. " " .. fenced .. " " .. locker
+local function place(token, keep, ttl, fenced, locker)
+	local value = (now + keep) .. " " .. ttl .. " " .. fenced .. " " .. locker
 	if redis.call("HSET", KEYS[4], token, value) == 1 then
 		redis.call("RPUSH", KEYS[3], token)
 	end
@@ -99,11 +96,8 @@ local function handoff(quiet)
 		local value = redis.call("HGET", KEYS[4], token)
 		redis.call("HDEL", KEYS[4], token)
 		if value then
-			local deadline, lease, ttl, fenced, locker = string.match(value, "^(%d+) (%d+) (%d+) (%d) (.*)$")
+			local deadline, lease, fenced, locker = string.match(value, "^(%d+) (%d+) (%d) (.*)$")
 			if tonumber(deadline) >= now then
-				if locker == ARGV[2] then
-					lease = ttl
-				end
 				local fence = 0
 				if fenced == "1" then
 					fence = issueFence() or -1
@@ -112,9 +106,7 @@ local function handoff(quiet)
 					redis.call("SET", KEYS[1], token, "PX", lease)
 				end
 				if not (quiet and locker == ARGV[2]) then
-					local waiting = redis.call("LLEN", KEYS[3])
-					redis.call("PUBLISH", "` + wakePrefix + `" .. locker,
-						fence .. " " .. waiting .. " " .. lease .. " " .. token .. " " .. KEYS[1])
+					redis.call("PUBLISH", "` + wakePrefix + `" .. locker, fence .. " " .. lease .. " " .. token .. " " .. KEYS[1])
 				end
 				if fence >= 0 then
 					return token, fence, tonumber(lease)
@@ -134,13 +126,11 @@ end
 //	ARGV[4] "1" to issue a fence, "0" not to
 //	ARGV[5] how long to keep a place in line, in ms; "0": a single attempt
 //	        that takes no place
-//	ARGV[6] the lease to hand the key over with to that place, in ms
-//	returns {1, fence, waiting} when the key holds the token now, with the
-//	        lease ARGV[3] from now: it was free with nobody in line, it was
-//	        handed to the token by an earlier script (the waiter had not
-//	        heard yet), or an earlier attempt whose reply was lost had set it.
-//	        fence is a new fence, or 0 without ARGV[4]; waiting is the number
-//	        of places left in line.
+//	returns {1, fence} when the key holds the token now, with the lease
+//	        ARGV[3] from now: it was free with nobody in line, it was handed
+//	        to the token by an earlier script (the waiter had not heard yet),
+//	        or an earlier attempt whose reply was lost had set it. fence is a
+//	        new fence, or 0 without ARGV[4].
 //	        {0, pttl} when another token holds the key: pttl is its
 //	        remaining lease in ms (-1: no expiry). With ARGV[5] > 0 the token
 //	        now has a place in line, kept ARGV[5] ms from now.
@@ -176,10 +166,10 @@ if not holder or holder == token then
 	if redis.call("HDEL", KEYS[4], token) == 1 then
 		redis.call("LREM", KEYS[3], 1, token)
 	end
-	return {1, fence, redis.call("LLEN", KEYS[3])}
+	return {1, fence}
 end
 if keep > 0 then
-	place(token, keep, ARGV[6], ttl, fenced, ARGV[2])
+	place(token, keep, ttl, fenced, ARGV[2])
 end
 return {0, redis.call("PTTL", KEYS[1])}`)
 
@@ -189,29 +179,27 @@ type attemptArgs struct {
 	ttl                time.Duration
 	fenced             bool
 	place              time.Duration // how long to keep a place; 0: a single attempt
-	handoff            time.Duration // the lease the place asks for
 }
 
 // attemptResult is the outcome of an acquireScript run.
 type attemptResult struct {
-	ours    bool
-	fence   int64         // when ours
-	waiting int64         // when ours: places left in line
-	pttl    time.Duration // when not ours: the holder's remaining lease, < 0 if none
+	ours  bool
+	fence int64         // when ours
+	pttl  time.Duration // when not ours: the holder's remaining lease, < 0 if none
 }
 
 // runAttempt runs acquireScript.
 func runAttempt(ctx context.Context, c redis.Scripter, a attemptArgs) (attemptResult, error) {
 	res, err := acquireScript.Run(ctx, c, scriptKeys(a.key),
-		a.token, a.locker, a.ttl.Milliseconds(), flag(a.fenced), a.place.Milliseconds(), a.handoff.Milliseconds()).Int64Slice()
+		a.token, a.locker, a.ttl.Milliseconds(), flag(a.fenced), a.place.Milliseconds()).Int64Slice()
 	if err != nil {
 		return attemptResult{}, err
 	}
-	switch {
-	case len(res) == 3 && res[0] == 1:
-		return attemptResult{ours: true, fence: res[1], waiting: res[2]}, nil
-	case len(res) != 2:
+	if len(res) != 2 {
 		return attemptResult{}, fmt.Errorf("redislock: unexpected reply %v", res)
+	}
+	if res[0] == 1 {
+		return attemptResult{ours: true, fence: res[1]}, nil
 	}
 	return attemptResult{pttl: time.Duration(res[1]) * time.Millisecond}, nil
 }
@@ -224,13 +212,13 @@ func runAttempt(ctx context.Context, c redis.Scripter, a attemptArgs) (attemptRe
 //	ARGV[2] the id of the caller's Locker
 //	ARGV[3] another token to take out of line (the place of a line of the
 //	        caller's Locker that nobody waits in any more), or ""
-//	returns {released, to, fence, waiting, lease}:
+//	returns {released, to, fence, lease}:
 //	        released is 1 when the key held ARGV[1] and was deleted, else 0
 //	        (the key was untouched, and ARGV[1] is no longer in line);
 //	        to is the token the key was handed to, or "" when it was not
 //	        handed over (it is held by another, or nobody is in line); fence
-//	        is to's fence (0 when it asked for none); waiting is the number
-//	        of places left in line; lease is the lease to got, in ms.
+//	        is to's fence (0 when it asked for none); lease is the lease it
+//	        got, in ms.
 var releaseScript = redis.NewScript(nowLua + fenceLua + handoffLua + `
 local released = 0
 local holder = redis.call("GET", KEYS[1])
@@ -248,7 +236,7 @@ local to, fence, lease = "", 0, 0
 if not holder then
 	to, fence, lease = handoff(true)
 end
-return {released, to or "", fence, redis.call("LLEN", KEYS[3]), lease}`)
+return {released, to or "", fence, lease}`)
 
 // releaseArgs are the arguments of one releaseScript run.
 type releaseArgs struct {
@@ -265,10 +253,10 @@ type releaseResult struct {
 
 // handoff is a hand-off of the key to a token (a line's): fence is its
 // fence, 0 for none, -1 when it could not be issued (the place was dropped);
-// waiting is the number of places left in line; lease is the lease it got.
+// lease is the lease it got.
 type handoff struct {
-	fence, waiting int64
-	lease          time.Duration
+	fence int64
+	lease time.Duration
 }
 
 // runRelease runs releaseScript.
@@ -277,16 +265,15 @@ func runRelease(ctx context.Context, c redis.Scripter, a releaseArgs) (releaseRe
 	if err != nil {
 		return releaseResult{}, err
 	}
-	if len(res) != 5 {
+	if len(res) != 4 {
 		return releaseResult{}, fmt.Errorf("redislock: unexpected reply %v", res)
 	}
 	released, _ := res[0].(int64)
 	to, _ := res[1].(string)
 	fence, _ := res[2].(int64)
-	waiting, _ := res[3].(int64)
-	lease, _ := res[4].(int64)
+	lease, _ := res[3].(int64)
 	return releaseResult{released: released == 1, to: to,
-		handoff: handoff{fence: fence, waiting: waiting, lease: time.Duration(lease) * time.Millisecond}}, nil
+		handoff: handoff{fence: fence, lease: time.Duration(lease) * time.Millisecond}}, nil
 }
 
 // refreshScript extends the lease of the lock if it is still ours, and
