@@ -54,7 +54,7 @@ func (c config) lockClient(url string) (*redis.Client, error) {
 
 // configs are the configurations compared, in table order.
 var configs = []config{
-	{"ours", "redislock, default options (waits on pub/sub wake-ups in a fair queue)", func(rdb *redis.Client) impl {
+	{"ours", "redislock, default options (a fair line with direct hand-off)", func(rdb *redis.Client) impl {
 		return &oursImpl{n: "ours", l: ours.New(rdb)}
 	}, false},
 	{"ours-ctx-timeout", "redislock, default options, on a client with ContextTimeoutEnabled (no goroutine per call)", func(rdb *redis.Client) impl {
