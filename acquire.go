@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -11,7 +12,10 @@ import (
 // seen here, those of other processes by acquireScript.
 func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, error) {
 	if l.lines.busy(key) {
-		return nil, fmt.Errorf("%w: %q: others of this Locker wait for it", ErrNotObtained, key)
+		return nil, fmt.Errorf("%w: %s: this Locker holds it or waits for it", ErrNotObtained, quoteKey(key))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, failed("acquire", key, err)
 	}
 	a := attemptArgs{key: key, token: newToken(), locker: l.id, ttl: ttl, fenced: o.fencing}
 	start := time.Now()
@@ -24,14 +28,21 @@ func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *opti
 	})
 	switch {
 	case err == nil && res.ours:
-		return newLock(l, key, a.token, res.fence, ttl, start), nil
+		lk := newLock(l, key, a.token, res.fence, ttl, start)
+		if time.Until(lk.Until()) >= ttl/2 {
+			return lk, nil
+		}
+		if err := l.fit(ctx, lk, ttl, false); err != nil {
+			return nil, err
+		}
+		return lk, nil
 	case err == nil:
 		return nil, notObtained(key, nil)
 	case !refused(err) && !isAbandoned(err):
 		// The attempt may have run: if it took the key, give it back.
 		l.forget(ctx, key, a.token)
 	}
-	return nil, notObtained(key, err)
+	return nil, failed("acquire", key, err)
 }
 
 // queue waits in the key's line until the key is handed or passed to this
@@ -41,27 +52,29 @@ func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *op
 	ln, w := l.lines.join(key, ttl, o)
 	for {
 		s := l.lines.next(l, ln, w)
-		var err error
 		switch {
+		case s.lock != nil && !s.claim:
+			return s.lock, nil
 		case s.lock != nil:
-			lk, again, err := l.claim(ctx, s.lock, s.claim, w)
-			if !again {
-				return lk, err
+			err := l.fit(ctx, s.lock, w.ttl, w.fenced)
+			if !errors.Is(err, errLeaseRanOut) {
+				return s.lock, err
 			}
 			ln = l.lines.rejoin(key, w)
 			continue
 		case s.err != nil:
-			return nil, l.giveUp(ln, w, s.err)
+			l.giveUp(ln, w)
+			return nil, failed("acquire", key, s.err)
 		case s.attempt != nil:
-			err = l.attempt(ctx, ln, w, s.attempt)
+			l.attempt(ctx, ln, w, s.attempt)
 		default:
-			err = sleep(ctx, w.wake, s.wait)
+			_ = sleep(ctx, w.wake, s.wait)
 		}
 		if ctx.Err() != nil {
-			return nil, l.giveUp(ln, w, ctx.Err())
-		}
-		if err != nil && refused(err) {
-			return nil, l.giveUp(ln, w, err)
+			if last := l.giveUp(ln, w); last != nil {
+				return nil, fmt.Errorf("redislock: waiting for %s: %w; the last attempt failed: %w", quoteKey(key), ctx.Err(), last)
+			}
+			return nil, notObtained(key, ctx.Err())
 		}
 	}
 }
@@ -69,7 +82,7 @@ func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *op
 // attempt sends the line's attempt a. Its outcome settles the line, also
 // when ctx ends first and the attempt is abandoned. After an error the head
 // waits for its backoff before the next attempt.
-func (l *Locker) attempt(ctx context.Context, ln *line, w *waiter, a *attemptArgs) error {
+func (l *Locker) attempt(ctx context.Context, ln *line, w *waiter, a *attemptArgs) {
 	start := time.Now()
 	_, err := bounded(ctx, l.direct, func(ctx context.Context) (struct{}, error) {
 		res, err := runAttempt(ctx, l.client, *a)
@@ -80,21 +93,24 @@ func (l *Locker) attempt(ctx context.Context, ln *line, w *waiter, a *attemptArg
 		w.retryAt = time.Now().Add(w.poll)
 		w.poll = nextBackoff(w.poll, &l.opts)
 	}
-	return err
 }
 
-// claim makes a lock handed or passed to w fit w's request when it does not
-// (see lines.grant): it renews the lease to w's ttl, and issues w's fence.
-// again reports that the lock was lost before it could be claimed: w waits
-// in line again.
-func (l *Locker) claim(ctx context.Context, lk *Lock, needed bool, w *waiter) (_ *Lock, again bool, _ error) {
-	if !needed {
-		return lk, false, nil
-	}
-	start := time.Now()
-	fence := w.fenced && lk.fence == 0
+// errLeaseRanOut is fit's error when the lease ran out before it could be
+// renewed: the lock is not held.
+var errLeaseRanOut = errors.New("the lease ran out before the acquire's reply arrived: Redis or the network stalled")
+
+// fit makes the lease of lk, just acquired, fit a request for ttl (and a
+// fence, when fenced and lk has none): it renews the lease to ttl from now,
+// and issues the fence. Acquisitions call it when the lease left is less
+// than half of ttl (the reply came late, or the wait for a hand-off was
+// long), or is of another length than asked for. On failure the key is
+// released (which hands it on); errLeaseRanOut when it was no longer held.
+func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bool) error {
+	fence := fenced && lk.fence == 0
+	id, _ := lk.setting(ttl)
 	r, err := bounded(ctx, l.direct, func(ctx context.Context) (refreshResult, error) {
-		held, f, err := runRefresh(ctx, l.client, lk.key, lk.token, w.ttl, fence)
+		held, f, err := runRefresh(ctx, l.client, lk.key, lk.token, ttl, fence)
+		lk.settled(id, err == nil && held)
 		return refreshResult{held, f}, err
 	}, nil)
 	switch {
@@ -104,16 +120,13 @@ func (l *Locker) claim(ctx context.Context, lk *Lock, needed bool, w *waiter) (_
 			lk.fence = r.fence
 		}
 		lk.mu.Unlock()
-		lk.extended(start, w.ttl)
-		return lk, false, nil
+		lk.newGeneration(ttl)
+		return nil
 	case err == nil:
-		return nil, true, nil // the lease ran out before it was claimed
+		return errLeaseRanOut
 	}
 	l.releaseLater(lk)
-	if ctx.Err() != nil || refused(err) {
-		return nil, false, notObtained(lk.key, err)
-	}
-	return nil, true, nil
+	return failed("acquire", lk.key, err)
 }
 
 // refreshResult is runRefresh's outcome, for bounded.
@@ -124,30 +137,39 @@ type refreshResult struct {
 
 // giveUp ends an Obtain that waited in line: it leaves the line, and
 // releases a lock that was handed or passed to it meanwhile, which passes
-// it on. Neither waits for Redis. cause is why it stops.
-func (l *Locker) giveUp(ln *line, w *waiter, cause error) error {
-	if lk := l.lines.leave(l, ln, w); lk != nil {
+// it on. Neither waits for Redis. It returns the error of the line's last
+// attempt, nil when that found the key held by another owner.
+func (l *Locker) giveUp(ln *line, w *waiter) (last error) {
+	lk, last := l.lines.leave(l, ln, w)
+	if lk != nil {
 		l.releaseLater(lk)
 	}
-	return notObtained(ln.key, cause)
+	return last
 }
 
 // releaseLater releases lk in the background, bounded by forgetTimeout.
+// A lock handed or passed to an Obtain that gave up is passed on, if it may
+// be, before that.
 func (l *Locker) releaseLater(lk *Lock) {
+	lk.stopKeeping()
+	if l.lines.pass(lk) {
+		return
+	}
+	lk.markReleased()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
 		defer cancel()
-		_ = lk.Release(ctx)
+		lk.release(ctx)
 	}()
 }
 
-// notObtained is the error of an acquisition that failed; cause is why (nil
-// when another owner kept the key).
+// notObtained is the error of an acquisition that found the key held by
+// another owner; cause is the ctx error that ended the wait, or nil.
 func notObtained(key string, cause error) error {
 	if cause == nil {
-		return fmt.Errorf("%w: %q is held by another owner", ErrNotObtained, key)
+		return fmt.Errorf("%w: %s is held by another owner", ErrNotObtained, quoteKey(key))
 	}
-	return fmt.Errorf("%w: %q: %w", ErrNotObtained, key, cause)
+	return fmt.Errorf("%w: %s is held by another owner: %w", ErrNotObtained, quoteKey(key), cause)
 }
 
 // forgetWait bounds how long a failing Obtain waits for the clean-up of its

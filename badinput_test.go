@@ -110,7 +110,7 @@ func TestBadInputTable(t *testing.T) {
 				assert.Equal(t, before, n.Load(), "a command reached Redis")
 			})
 		}
-		keys := rdb.Keys(ctx, "*").Val()
+		keys := withoutMarks(t, rdb, rdb.Keys(ctx, "*").Val())
 		assert.Equal(t, []string{"held"}, keys, "nothing was written")
 		require.NoError(t, held.Release(ctx))
 	})

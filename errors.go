@@ -1,6 +1,13 @@
 package redislock
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Errors returned by this package. Test for them with errors.Is: an error may
 // wrap several of them, and a context error (context.DeadlineExceeded,
@@ -46,3 +53,43 @@ var (
 	// Redis.
 	ErrNilFunc = errors.New("redislock: nil fn passed to WithLock")
 )
+
+// failed is the error of an operation on key that Redis did not carry out:
+// it could not be reached, or it refused (an error reply), or ctx ended
+// first. It says which operation, cuts long keys, and says what a server
+// too old for this library answered.
+func failed(op, key string, err error) error {
+	hint := ""
+	if msg := err.Error(); strings.Contains(msg, "unknown command") || strings.Contains(msg, "syntax error") ||
+		strings.Contains(msg, "Unknown Redis command") {
+		hint = " (redislock needs Redis 7.0 or newer)"
+	}
+	return fmt.Errorf("redislock: %s %s: %w%s", op, quoteKey(key), err, hint)
+}
+
+// quoteKey quotes key for an error text, cut to a readable length.
+func quoteKey(key string) string {
+	const keep = 64
+	if len(key) <= keep {
+		return strconv.Quote(key)
+	}
+	return strconv.Quote(key[:keep]) + fmt.Sprintf("... (%d bytes)", len(key))
+}
+
+// permanent reports whether err means that trying again will not help: a
+// closed client, or an error reply other than those Redis gives while it
+// loads, fails over or is busy (WRONGTYPE, NOPERM, a script error, ...).
+func permanent(err error) bool {
+	if errors.Is(err, redis.ErrClosed) {
+		return true
+	}
+	if !refused(err) {
+		return false
+	}
+	for _, transient := range []string{"LOADING", "BUSY", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "NOREPLICAS", "MOVED", "ASK"} {
+		if redis.HasErrorPrefix(err, transient) {
+			return false
+		}
+	}
+	return true
+}

@@ -134,7 +134,7 @@ func TestDeadlinesHoldWhenRedisHangs(t *testing.T) {
 				took, err := timed(hangDeadline, c.call)
 				assert.ErrorIs(t, err, context.DeadlineExceeded, c.name)
 				if c.key != "" {
-					assert.ErrorIs(t, err, redislock.ErrNotObtained, c.name)
+					assert.NotErrorIs(t, err, redislock.ErrNotObtained, "%s: Redis hung, the key was not held by another", c.name)
 				}
 				assert.GreaterOrEqual(t, took, hangDeadline-5*time.Millisecond, "%s: Redis did not hang", c.name)
 				assert.Less(t, took, hangDeadline+hangMargin, "%s returned late", c.name)
@@ -157,17 +157,11 @@ func TestDeadlinesHoldWhenRedisHangs(t *testing.T) {
 			t.Logf("%d abandoned SETs ran late", sets)
 			assert.Positive(t, sets, "no abandoned acquire ran: the test proves nothing")
 
-			// The abandoned Release may or may not have run (its EVALSHA
-			// found no script, and the EVAL was not sent past the deadline):
-			// the lock is still ours, or gone. Releasing it again settles it.
-			if v, err := direct.Get(ctx, "held:release").Result(); !errors.Is(err, redis.Nil) {
-				assert.Equal(t, rel.Token(), v)
-				assert.Positive(t, direct.PTTL(ctx, "held:release").Val())
-			}
-			if err := rel.Release(ctx); !errors.Is(err, redislock.ErrNotHeld) {
-				require.NoError(t, err)
-			}
-			assert.Equal(t, int64(0), direct.Exists(ctx, "held:release").Val())
+			// The abandoned Release goes on in the background once Redis
+			// answers again.
+			assert.Eventually(t, func() bool { return direct.Exists(ctx, "held:release").Val() == 0 }, settle, 20*time.Millisecond,
+				"the Release abandoned at its deadline did not go on")
+			require.ErrorIs(t, rel.Release(ctx), redislock.ErrNotHeld, "released once")
 			// The abandoned Refresh did not change the owner.
 			assert.Equal(t, ref.Token(), direct.Get(ctx, "held:refresh").Val())
 			require.NoError(t, ref.Release(ctx))
@@ -194,8 +188,9 @@ func TestDeadlinesHoldWhenRedisHangs(t *testing.T) {
 // keeps failing: its clean-up (a compare-and-delete) and the pub/sub
 // subscription of its wait go on in the background.
 //
-// Expected outcome: a clear error (ErrNotObtained) within the deadline
-// +150ms, and no orphan lock once the network is back.
+// Expected outcome: a clear error within the deadline +150ms (ErrNotObtained
+// when the last answer found the key held, else not), and no orphan lock
+// once the network is back.
 func TestObtainGivingUpKeepsDeadline(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	tryObtain := func(ctx context.Context, l *redislock.Locker) error {
@@ -207,10 +202,15 @@ func TestObtainGivingUpKeepsDeadline(t *testing.T) {
 		return err
 	}
 	const deadline = 600 * time.Millisecond
-	check := func(t *testing.T, direct *redis.Client, took time.Duration, err error) {
+	check := func(t *testing.T, direct *redis.Client, took time.Duration, err error, held bool) {
 		t.Helper()
 		t.Logf("returned after %v: %v", took, err)
-		require.ErrorIs(t, err, redislock.ErrNotObtained)
+		require.Error(t, err)
+		if held {
+			require.ErrorIs(t, err, redislock.ErrNotObtained)
+		} else {
+			require.NotErrorIs(t, err, redislock.ErrNotObtained, "a fault is not another owner")
+		}
 		assert.Less(t, took, deadline+hangMargin, "returned after its deadline: %v", err)
 		if v, err := direct.Get(ctx, "k").Result(); err == nil && v != "holder" {
 			if pttl := direct.PTTL(ctx, "k").Val(); pttl != -2 { // -2: cleaned up meanwhile
@@ -235,7 +235,7 @@ func TestObtainGivingUpKeepsDeadline(t *testing.T) {
 			proxy.DropNextReply(faultproxy.MatchCommand("evalsha"))
 			took, err := timed(deadline, func(ctx context.Context) error { return call(ctx, redislock.New(rdb)) })
 			proxy.Resume()
-			check(t, direct, took, err)
+			check(t, direct, took, err, false)
 		})
 	}
 
@@ -251,7 +251,7 @@ func TestObtainGivingUpKeepsDeadline(t *testing.T) {
 		t.Cleanup(proxy.Resume)
 		took, err := timed(deadline, func(ctx context.Context) error { return obtain(ctx, redislock.New(rdb)) })
 		proxy.Resume()
-		check(t, direct, took, err)
+		check(t, direct, took, err, true)
 	})
 	t.Run("contended, Redis freezes while Obtain waits", func(t *testing.T) {
 		b := realBackend(t)
@@ -271,7 +271,7 @@ func TestObtainGivingUpKeepsDeadline(t *testing.T) {
 		b.srv.Freeze(t)
 		r := <-done
 		b.srv.Thaw(t)
-		check(t, direct, r.took, r.err)
+		check(t, direct, r.took, r.err, true)
 	})
 	for _, tc := range []struct {
 		name, toxic, stream string
@@ -286,7 +286,7 @@ func TestObtainGivingUpKeepsDeadline(t *testing.T) {
 				require.NoError(t, rdb.Ping(ctx).Err())
 				x.add("fault", tc.toxic, tc.stream, tc.attrs)
 				took, err := timed(deadline, func(ctx context.Context) error { return call(ctx, locker) })
-				check(t, direct, took, err)
+				check(t, direct, took, err, false)
 			})
 		}
 	}

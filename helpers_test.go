@@ -192,3 +192,25 @@ func obtainAsync(ctx context.Context, l *redislock.Locker, key string, ttl time.
 	}()
 	return ch
 }
+
+// withoutMarks returns keys without the release marks, which a Release
+// leaves for a while (they must expire).
+func withoutMarks(t testing.TB, rdb redis.UniversalClient, keys []string) []string {
+	t.Helper()
+	var rest []string
+	for _, k := range keys {
+		if strings.Contains(k, "}:redislock:released:") {
+			pttl := rdb.PTTL(context.Background(), k).Val()
+			require.True(t, pttl > 0 && pttl <= 10*time.Second, "release mark %q expires in %v", k, pttl)
+			continue
+		}
+		rest = append(rest, k)
+	}
+	return rest
+}
+
+// requireOnlyMarks fails t if Redis holds any key but release marks.
+func requireOnlyMarks(t testing.TB, rdb redis.UniversalClient) {
+	t.Helper()
+	require.Empty(t, withoutMarks(t, rdb, rdb.Keys(context.Background(), "*").Val()))
+}

@@ -16,237 +16,316 @@ import (
 // overlap with the next holder's from then on. WithLock's error wraps it too.
 var ErrLockLost = errors.New("redislock: lock lost")
 
-// drift is how much sooner than Redis a holder considers its lease over: the
-// two clocks may run at slightly different rates, and the signal must arrive
-// while the lock is still held.
-func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+// How the keeper renews, and when it gives up (the numbers, and why):
+//
+//   - A lease is renewed a third of its ttl after the command that last set
+//     it was sent: two more tries fit before it runs out.
+//   - Renewals due within a sixth of their ttl of the first one go along in
+//     its pipeline, one per Redis node (a Cluster master; one for other
+//     clients), so that 10,000 kept leases cost a few round trips a second,
+//     and a node that is down or slow holds up only its own leases.
+//   - A renewal not answered after a quarter of the lease it has left is
+//     sent again, on another connection (go-redis takes a free one from its
+//     pool), rather than waited for: one dead connection, or one reply stuck
+//     in a slow network, must not cost a lease that Redis would renew. At
+//     most maxInFlight renewals of a lease are in flight.
+//   - A renewal that failed is tried again renewRetry later.
+//   - The holder is told the lock is lost (its context is cancelled) margin
+//     before the lease's local end: ttl/100 for clocks that run at slightly
+//     different rates, and the safety margin (WithSafetyMargin, default
+//     DefaultSafetyMargin, at most a quarter of the ttl) for the timer that
+//     fires late: measured on a 2-core VM with both cores busy, Go timers
+//     fired up to 45 ms late (2,000 timers, 300 ms apart each, other
+//     processes spinning on both cores and this one allocating).
+const (
+	renewRetry  = 50 * time.Millisecond
+	maxInFlight = 3
+	minHedge    = 5 * time.Millisecond
+)
+
+// margin is how long before the local end of a lease of ttl its holder is
+// told that the lock is lost (see above).
+func margin(ttl, safety time.Duration) time.Duration {
+	return ttl/100 + min(safety, ttl/4)
+}
 
 // KeepAlive keeps the lock's lease alive in the background and returns a
 // context, derived from ctx, that tells the holder when the lock is lost.
 //
 // The lease is renewed to the lock's ttl (that of the acquisition or of the
-// latest Refresh) about every ttl/3, and retried quickly after a transient
-// error. The returned context is cancelled with cause ErrLockLost
+// latest Refresh) about every ttl/3; a renewal that is not answered soon is
+// sent again on another connection, and one that failed is retried. The
+// returned context is cancelled with cause ErrLockLost
 //
 //   - as soon as a renewal finds the key gone or owned by another token, and
-//   - at the latest at T + ttl - ttl/100 - 2ms, where T is when the last
-//     successful renewal (or the acquisition) was sent, even if Redis hangs
-//     and that renewal never returns. Redis cannot have let the lease expire
-//     by then, so the lock is held for as long as the context is not done.
+//   - at the latest at Until() - ttl/100 - min(safety margin, ttl/4) (see
+//     WithSafetyMargin), even if Redis hangs and no renewal ever returns.
+//     Until is never later than the key's expiry in Redis, whatever order
+//     Redis runs the commands in flight in (see Lock.Until), so the lock is
+//     held for as long as the context is not done, provided the process's
+//     timers fire within the safety margin.
 //
-// Renewal stops when the returned context is done: when ctx is, when the
-// lock is lost, or when Release is called. Calling KeepAlive again replaces
-// the previous context (it is cancelled). All leases of a Locker are renewed
-// by one goroutine, in one pipelined round trip per tick; it exits when the
-// Locker keeps no lease.
+// Refresh may be called while KeepAlive renews: renewals then follow the
+// Refresh's ttl, and a renewal of the old ttl that Redis runs after the
+// Refresh cannot make the context outlive the lease. Renewal stops when the
+// returned context is done: when ctx is, when the lock is lost, or when
+// Release is called. Calling KeepAlive again replaces the previous context
+// (it is cancelled). The leases of a Locker are renewed by one goroutine,
+// which runs while the Locker keeps a lease, in pipelines per Redis node.
 func (lk *Lock) KeepAlive(ctx context.Context) context.Context {
 	lctx, cancel := context.WithCancelCause(ctx)
-	le := &lease{lk: lk, ctx: lctx, cancel: cancel}
+	r := &renewal{lk: lk, ctx: lctx, cancel: cancel}
 	lk.mu.Lock()
 	if lk.released {
 		lk.mu.Unlock()
 		cancel(ErrNotHeld)
 		return lctx
 	}
-	old := lk.lease
-	lk.lease = le
-	le.expire = time.AfterFunc(time.Until(lk.until)-drift(lk.ttl), func() { cancel(ErrLockLost) })
-	due := lk.until.Add(-lk.ttl).Add(lk.ttl / 3)
+	old := lk.renewal
+	lk.renewal = r
+	r.expire = time.AfterFunc(time.Hour, func() { cancel(ErrLockLost) })
+	lk.moveExpiry()
+	r.due = lk.clock.until.Add(-lk.clock.ttl * 2 / 3)
 	lk.mu.Unlock()
 	if old != nil {
 		old.cancel(context.Canceled)
 	}
 
 	k := &lk.locker.keeper
-	k.add(le, due)
+	k.add(lk.locker, r)
 	context.AfterFunc(lctx, func() {
-		le.expire.Stop()
-		k.remove(le)
+		r.expire.Stop()
+		k.remove(r)
 		lk.mu.Lock()
-		if lk.lease == le {
-			lk.lease = nil
+		if lk.renewal == r {
+			lk.renewal = nil
 		}
 		lk.mu.Unlock()
 	})
 	return lctx
 }
 
-// extended records that the lease was set to ttl by a command sent at start.
-func (lk *Lock) extended(start time.Time, ttl time.Duration) {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	lk.until, lk.ttl = start.Add(ttl), ttl
-	if le := lk.lease; le != nil && le.ctx.Err() == nil {
-		le.expire.Reset(time.Until(lk.until) - drift(ttl))
+// moveExpiry sets KeepAlive's lost-lock timer to the lease's local end,
+// less the margin. lk.mu is held.
+func (lk *Lock) moveExpiry() {
+	if r := lk.renewal; r != nil && r.ctx.Err() == nil {
+		r.expire.Reset(time.Until(lk.clock.until) - margin(lk.clock.ttl, lk.locker.opts.safety))
 	}
 }
 
 // stopKeeping ends the lock's lease keeping, if any.
 func (lk *Lock) stopKeeping() {
 	lk.mu.Lock()
-	le := lk.lease
+	r := lk.renewal
 	lk.mu.Unlock()
-	if le != nil {
-		le.cancel(context.Canceled)
+	if r != nil {
+		r.cancel(context.Canceled)
 	}
 }
 
-// A lease is a Lock kept alive by its Locker's keeper.
-type lease struct {
+// A renewal is the keeper's record of a Lock kept alive by KeepAlive.
+type renewal struct {
 	lk     *Lock
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	expire *time.Timer // cancels ctx with ErrLockLost when the lease runs out
 
 	// guarded by keeper.mu
-	due      time.Time // when the next renewal is due
-	renewing bool      // a renewal is in flight
+	due      time.Time     // when the next renewal is due
+	inflight int           // renewals sent and not returned
+	sent     time.Time     // when the latest was sent
+	hedge    time.Duration // how long after sent another is sent while it is in flight
+	node     string        // the Redis node that serves the key; "" for all of a non-Cluster client
 }
 
-// keeper renews the leases of one Locker from a single goroutine, which
-// runs while there is a lease to keep.
+// keeper renews the leases of one Locker. Its goroutine, loop, decides what
+// is due and sends each node's pipeline from a goroutine of its own, which
+// it never waits for. loop is started by the first renewal and returns,
+// closing stopped, once there is none left.
 type keeper struct {
-	mu      sync.Mutex
-	leases  map[*lease]struct{}
-	running bool
-	wake    chan struct{}
+	mu       sync.Mutex
+	renewals map[*renewal]struct{}
+	run      *keeperRun // nil while loop is not running
 }
 
-func (k *keeper) add(le *lease, due time.Time) {
-	k.mu.Lock()
-	if k.leases == nil {
-		k.leases = make(map[*lease]struct{})
-		k.wake = make(chan struct{}, 1)
-	}
-	le.due = due
-	k.leases[le] = struct{}{}
-	start := !k.running
-	k.running = true
-	k.mu.Unlock()
-	if start {
-		go k.loop(le.lk.locker)
-	} else {
-		k.poke()
-	}
+// keeperRun is one run of keeper.loop.
+type keeperRun struct {
+	wake    chan struct{} // poked when renewals or their timing changed
+	stopped chan struct{} // closed when loop has returned
 }
 
-func (k *keeper) remove(le *lease) {
+func (k *keeper) add(l *Locker, r *renewal) {
 	k.mu.Lock()
-	delete(k.leases, le)
-	k.mu.Unlock()
+	defer k.mu.Unlock()
+	if k.renewals == nil {
+		k.renewals = make(map[*renewal]struct{})
+	}
+	k.renewals[r] = struct{}{}
+	if k.run == nil {
+		k.run = &keeperRun{wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+		go k.loop(l, k.run)
+	}
 	k.poke()
 }
 
+func (k *keeper) remove(r *renewal) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.renewals, r)
+	k.poke()
+}
+
+// reschedule makes r due a third of its ttl after the command that last
+// set its lease (after a Refresh).
+func (k *keeper) reschedule(r *renewal) {
+	until, ttl := r.lk.lease()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	r.due = until.Add(-ttl * 2 / 3)
+	k.poke()
+}
+
+// poke wakes loop. k.mu is held.
 func (k *keeper) poke() {
+	if k.run == nil {
+		return
+	}
 	select {
-	case k.wake <- struct{}{}:
+	case k.run.wake <- struct{}{}:
 	default:
 	}
 }
 
-// renewRetry is how soon a renewal that failed with an error (not a lost
-// lock) is tried again, at most.
-const renewRetry = 50 * time.Millisecond
-
-// loop renews due leases until there are none left. It wakes when the
-// first lease is due and renews with it every lease due within a sixth of its
-// ttl, so that many locks share a round trip.
-func (k *keeper) loop(l *Locker) {
+func (k *keeper) loop(l *Locker, run *keeperRun) {
+	defer close(run.stopped)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		k.mu.Lock()
-		if len(k.leases) == 0 {
-			k.running = false
-			k.mu.Unlock()
+		batches, next, ok := k.due(l, run)
+		if !ok {
 			return
 		}
-		now := time.Now()
-		next := now.Add(time.Hour)
-		var batch []*lease
-		for le := range k.leases {
-			if le.renewing {
-				continue
-			}
-			slack := le.lk.currentTTL() / 6
-			if !le.due.After(now.Add(slack)) {
-				le.renewing = true
-				batch = append(batch, le)
-			} else if le.due.Before(next) {
-				next = le.due
-			}
-		}
-		k.mu.Unlock()
-
-		if len(batch) > 0 {
-			k.renew(l, batch)
-			continue // look again: some leases may have come due meanwhile
+		for _, b := range batches {
+			go k.renew(l, b)
 		}
 		timer.Reset(time.Until(next))
 		select {
 		case <-timer.C:
-		case <-k.wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
+		case <-run.wake:
 		}
 	}
 }
 
-// renew sends one renewal for each lease of batch in one pipelined round
-// trip, bounded by the shortest time any of them has left; an abandoned round
-// trip still settles its leases when it returns.
-func (k *keeper) renew(l *Locker, batch []*lease) {
-	start := time.Now()
-	ttls := make([]time.Duration, len(batch))
-	bound := time.Hour
-	for i, le := range batch {
-		le.lk.mu.Lock()
-		ttls[i] = le.lk.ttl
-		if left := time.Until(le.lk.until) - drift(ttls[i]); left < bound {
-			bound = left
+// due returns the renewals to send now, in one batch per node, and when to
+// look again. ok is false when there is nothing left to keep: run is over.
+func (k *keeper) due(l *Locker, run *keeperRun) (batches map[string][]*renewal, next time.Time, ok bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.renewals) == 0 {
+		k.run = nil
+		return nil, time.Time{}, false
+	}
+	now := time.Now()
+	next = now.Add(time.Hour)
+	batches = make(map[string][]*renewal)
+	for r := range k.renewals {
+		until, ttl := r.lk.lease()
+		at := r.due
+		send := !at.After(now.Add(ttl / 6))
+		if r.inflight > 0 {
+			at = r.sent.Add(r.hedge)
+			send = r.inflight < maxInFlight && !at.After(now)
 		}
-		le.lk.mu.Unlock()
+		if !send {
+			if r.inflight < maxInFlight && at.Before(next) {
+				next = at
+			}
+			continue
+		}
+		if r.node == "" {
+			r.node = l.nodeOf(r.lk.key)
+		}
+		r.inflight++
+		r.sent, r.hedge = now, max(until.Sub(now)/4, minHedge)
+		batches[r.node] = append(batches[r.node], r)
+		if hedge := now.Add(r.hedge); hedge.Before(next) {
+			next = hedge
+		}
+	}
+	return batches, next, true
+}
+
+// renew sends one renewal for each lease of batch, all served by one node,
+// in one pipeline, bounded by the shortest time any of them has left, and
+// settles them when the replies are in.
+func (k *keeper) renew(l *Locker, batch []*renewal) {
+	ttls := make([]time.Duration, len(batch))
+	ids := make([]uint64, len(batch))
+	bound := time.Hour
+	for i, r := range batch {
+		until, ttl := r.lk.lease()
+		ttls[i] = ttl
+		ids[i], _ = r.lk.setting(ttl)
+		bound = min(bound, time.Until(until))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(bound, renewRetry))
 	defer cancel()
-	// The round trip settles its leases itself, also when it is abandoned:
-	// they stay marked as renewing until then, and their expiry timers run.
-	_, _ = bounded(ctx, l.direct, func(ctx context.Context) (struct{}, error) {
-		res, err := l.refreshAll(ctx, batch, ttls)
-		k.settle(batch, ttls, start, res, err)
-		return struct{}{}, nil
-	}, nil)
-}
-
-// settle applies the outcome of a renewal round trip sent at start.
-func (k *keeper) settle(batch []*lease, ttls []time.Duration, start time.Time, res []int64, err error) {
+	res, err := l.refreshAll(ctx, batch, ttls)
+	if err != nil && !refused(err) {
+		l.reloadState()
+	}
 	retry := time.Now().Add(renewRetry)
+	for i, r := range batch {
+		r.lk.settled(ids[i], res != nil && res[i] == 1)
+		if res != nil && res[i] == 0 {
+			r.cancel(ErrLockLost)
+		}
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for i, le := range batch {
-		le.renewing = false
+	for i, r := range batch {
+		r.inflight--
 		switch {
-		case le.ctx.Err() != nil: // stopped meanwhile
-		case err != nil || res == nil:
-			le.due = retry
-		case res[i] == 1:
-			le.lk.extended(start, ttls[i])
-			le.due = start.Add(ttls[i] / 3)
-		case res[i] == 0:
-			le.cancel(ErrLockLost)
-		default: // this lease's command failed: try again soon
-			le.due = retry
+		case res != nil && res[i] == 1:
+			until, ttl := r.lk.lease()
+			r.due = until.Add(-ttl * 2 / 3)
+		case r.inflight == 0:
+			r.due, r.node = retry, "" // and ask which node serves it again
 		}
 	}
 	k.poke()
 }
 
+// nodeOf returns the address of the Redis node that serves key, for a
+// ClusterClient, or "" (one node for all keys) for other clients.
+func (l *Locker) nodeOf(key string) string {
+	c, ok := l.client.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	node, err := c.MasterForKey(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
+}
+
+// reloadState asks a ClusterClient to reload its slot map after a command
+// failed: go-redis does so by itself after MOVED replies, not after a
+// master died, and a failover would otherwise go unseen for a minute.
+func (l *Locker) reloadState() {
+	if c, ok := l.client.(*redis.ClusterClient); ok {
+		c.ReloadState(context.Background())
+	}
+}
+
 // refreshAll runs refreshScript for every lease of batch in one pipeline. It
-// returns 1 (renewed), 0 (lost) or -1 (error) per lease. After SCRIPT FLUSH
-// the leases whose EVALSHA said NOSCRIPT are sent again with EVAL, which
-// loads the script.
-func (l *Locker) refreshAll(ctx context.Context, batch []*lease, ttls []time.Duration) ([]int64, error) {
+// returns 1 (renewed), 0 (lost) or -1 (error) per lease, or nil when none
+// got an answer. After SCRIPT FLUSH the leases whose EVALSHA said NOSCRIPT
+// are sent again with EVAL, which loads the script.
+func (l *Locker) refreshAll(ctx context.Context, batch []*renewal, ttls []time.Duration) ([]int64, error) {
 	cmds := make([]*redis.Cmd, len(batch))
 	run := func(idx []int, sha bool) error {
 		_, err := l.client.Pipelined(ctx, func(p redis.Pipeliner) error {

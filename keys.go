@@ -11,6 +11,10 @@ const (
 	fenceKind  = "fence"  // the fence counter (see WithFencing)
 	queueKind  = "queue"  // the tokens of the places in line, oldest first
 	placesKind = "places" // each place's deadline, lease and Locker
+
+	// releasedKind, followed by ":" and a token, is the release mark of the
+	// lock of that token (see releaseScript).
+	releasedKind = "released"
 )
 
 // sideKey returns the name of a key this package keeps beside the lock key

@@ -30,7 +30,9 @@ import (
 //     maxPasses+1 critical sections, and none that starts after passSlice.
 //     A fenced waiter is never passed a lock (each acquisition has a fence
 //     of its own), and neither is a waiter whose ttl the rest of the lease
-//     does not fit (between ttl/2 and ttl).
+//     does not fit (between ttl/2 and ttl), nor while a command that sets
+//     the lease is in flight (it could leave a lease shorter than the one
+//     passed on).
 //   - Nothing depends on a message. The head renews its place every
 //     placeRenew, and earlier when the holder's lease ends (an expiry
 //     announces nothing); an attempt that finds the key handed to it takes
@@ -69,6 +71,9 @@ const (
 	passSlice = 10 * time.Millisecond
 )
 
+// errNoAnswer is the error of a wait that no attempt of its line answered.
+var errNoAnswer = errors.New("Redis did not answer")
+
 // errFenceNotIssued is a waiter's error when the key was to be handed to it
 // but its fence could not be issued.
 var errFenceNotIssued = errors.New("the fence counter could not be incremented (it holds something else than an integer, or is at its maximum)")
@@ -106,6 +111,7 @@ type line struct {
 	check    bool      // a hand-off may have gone unheard: the head asks Redis
 	handed   *handoff  // the key was handed to token; applied once nothing is in flight
 	inflight int       // commands carrying token that have not returned
+	lastErr  error     // the error of the latest attempt; nil when it found the key held
 
 	hold   *Lock       // this Locker's lock on the key, got through the line
 	passes int         // passes left for hold
@@ -164,7 +170,7 @@ func (ls *lines) lineFor(key string) *line {
 		if ls.byKey == nil {
 			ls.byKey = make(map[string]*line)
 		}
-		ln = &line{key: key, token: newToken()}
+		ln = &line{key: key, token: newToken(), lastErr: errNoAnswer}
 		ls.byKey[key] = ln
 	}
 	return ln
@@ -186,7 +192,7 @@ func holding(ln *line) bool {
 	}
 	ln.hold.mu.Lock()
 	defer ln.hold.mu.Unlock()
-	return !ln.hold.released && time.Until(ln.hold.until) > 0
+	return !ln.hold.released && time.Until(ln.hold.clock.until) > 0
 }
 
 // step is what a waiter does next (see lines.next).
@@ -241,6 +247,7 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln.inflight--
+	ln.lastErr = err
 	switch {
 	case err == nil && res.ours:
 		ln.handed = nil
@@ -251,11 +258,16 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 		if res.pttl >= 0 {
 			ln.holdEnd = time.Now().Add(res.pttl)
 		}
-	case refused(err):
-		// Redis did not run it: nothing changed. The head reports it.
-		if len(ln.waiters) > 0 {
-			ln.waiters[0].fail(err)
+	case permanent(err):
+		// Waiting longer would not help: every waiter reports it. An
+		// error reply means the attempt did not run; a closed client
+		// sends nothing any more.
+		for _, w := range ln.waiters {
+			w.fail(err)
 		}
+	case refused(err):
+		// Redis did not run it (it is loading, failing over, ...):
+		// nothing changed; the head tries again after its backoff.
 	default:
 		ln.place = placeUnknown
 	}
@@ -276,13 +288,13 @@ func (ls *lines) placed(l *Locker, ln *line, start time.Time) {
 // its next place.
 func (ls *lines) grant(ln *line, lk *Lock) {
 	if len(ln.waiters) == 0 {
-		ln.handed = &handoff{fence: lk.fence, lease: lk.ttl} // for the clean-up
+		ln.handed = &handoff{fence: lk.fence, lease: lk.clock.ttl} // for the clean-up
 		return
 	}
 	w := ln.waiters[0]
 	ln.waiters = ln.waiters[1:]
-	w.claim = w.ttl != lk.ttl || (w.fenced && lk.fence == 0) || time.Until(lk.until) < w.ttl/2
-	lk.ttl = w.ttl
+	w.claim = w.ttl != lk.clock.ttl || (w.fenced && lk.fence == 0) || time.Until(lk.clock.until) < w.ttl/2
+	lk.clock.ttl = w.ttl
 	w.lock = lk
 	w.poke()
 	ln.hold, ln.passes, ln.round = lk, maxPasses, time.Now()
@@ -359,13 +371,13 @@ func (w *waiter) fail(err error) {
 }
 
 // leave takes w, whose Obtain gives up, out of its line. It returns the lock
-// if one was handed or passed to w meanwhile: the caller releases it, which
-// passes it on.
-func (ls *lines) leave(l *Locker, ln *line, w *waiter) *Lock {
+// if one was handed or passed to w meanwhile (the caller releases it, which
+// passes it on), and the error of the line's latest attempt.
+func (ls *lines) leave(l *Locker, ln *line, w *waiter) (*Lock, error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if w.lock != nil {
-		return w.lock
+		return w.lock, nil
 	}
 	for i, x := range ln.waiters {
 		if x == w {
@@ -374,7 +386,7 @@ func (ls *lines) leave(l *Locker, ln *line, w *waiter) *Lock {
 		}
 	}
 	ls.settle(l, ln)
-	return nil
+	return nil, ln.lastErr
 }
 
 // pass gives lk to the head of its line, without a round trip, if lk is the
@@ -393,12 +405,12 @@ func (ls *lines) pass(lk *Lock) bool {
 	}
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
-	left := time.Until(lk.until)
-	if lk.released || left < w.ttl/2 || left > w.ttl {
+	left := time.Until(lk.clock.until)
+	if lk.released || lk.clock.busy() || left < w.ttl/2 || left > w.ttl {
 		return false
 	}
 	lk.released = true
-	next := &Lock{locker: lk.locker, key: lk.key, token: lk.token, ttl: w.ttl, until: lk.until}
+	next := &Lock{locker: lk.locker, key: lk.key, token: lk.token, clock: leaseClock{until: lk.clock.until, ttl: w.ttl}}
 	ln.waiters = ln.waiters[1:]
 	w.lock = next
 	w.poke()

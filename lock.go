@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,16 +20,125 @@ type Lock struct {
 	fence  int64
 
 	mu       sync.Mutex
-	ttl      time.Duration // lease length of the acquisition or latest Refresh
-	until    time.Time     // end of the lease as known locally (monotonic clock)
-	released bool          // released (or passed on): the lock is gone for good
-	lease    *lease        // set while KeepAlive renews the lease
+	clock    leaseClock // the lease as known locally
+	released bool       // released (or passed on): the lock is gone for good
+	renewal  *renewal   // set while KeepAlive renews the lease
 }
 
 // newLock returns the lock on key held by token since a command sent at
 // start set its lease to ttl.
 func newLock(l *Locker, key, token string, fence int64, ttl time.Duration, start time.Time) *Lock {
-	return &Lock{locker: l, key: key, token: token, fence: fence, ttl: ttl, until: start.Add(ttl)}
+	return &Lock{locker: l, key: key, token: token, fence: fence, clock: leaseClock{until: start.Add(ttl), ttl: ttl}}
+}
+
+// A leaseClock is the end of a lock's lease as this process knows it, on
+// the monotonic clock, and the commands that may still move it: renewals
+// (several may be in flight, see keeper), Refresh, claims.
+//
+// Invariant: until is never later than the key's expiry in Redis, whatever
+// the order in which Redis runs the commands in flight. The argument: a
+// command sent at S that sets the lease to ttl sets the expiry to E + ttl,
+// where E >= S is when Redis runs it, and the expiry is that of the command
+// Redis ran last. So
+//
+//   - send lowers until to S + ttl at once, before Redis can run the
+//     command: whenever it runs, the expiry stays at or above until;
+//   - settle, when a command is known to have set the lease, raises until
+//     to its S + ttl, but not above the S + ttl of any command that Redis
+//     may have run after it: those still in flight, and those whose outcome
+//     arrived after it was sent (its own outcome says it ran before then,
+//     theirs says nothing about the order). Each of those is a lower bound
+//     of the expiry should it have run last.
+//
+// A command that failed (a lost connection) is taken to have run before its
+// failure was reported, or not at all: go-redis closes the connection, and
+// Redis runs what it has received from a connection before it notices the
+// close.
+//
+// A Refresh starts a new generation: ttl changes, so renewals scheduled
+// after it renew to the new ttl and are due a third of it after it was sent.
+// Renewals of the old generation still in flight can no longer raise until
+// above the Refresh's S + ttl (see settle).
+type leaseClock struct {
+	until time.Time
+	ttl   time.Duration // the lease renewals set: the acquisition's, or the latest Refresh's
+	cmds  []leaseCmd    // commands that Redis may run after one in flight
+	last  uint64        // the id of the latest command sent
+}
+
+// A leaseCmd is a command that sets the lease.
+type leaseCmd struct {
+	id   uint64
+	sent time.Time
+	end  time.Time // sent + its ttl: the earliest expiry it can leave
+	done time.Time // when its outcome arrived; zero while in flight
+}
+
+// send records a command that sets the lease to ttl, sent now, and returns
+// its id for settle.
+func (c *leaseClock) send(sent time.Time, ttl time.Duration) uint64 {
+	end := sent.Add(ttl)
+	if end.Before(c.until) {
+		c.until = end
+	}
+	c.last++
+	c.cmds = append(c.cmds, leaseCmd{id: c.last, sent: sent, end: end})
+	return c.last
+}
+
+// settle records the outcome of command id: set reports that it ran and set
+// the lease.
+func (c *leaseClock) settle(id uint64, set bool) {
+	now := time.Now()
+	i := slices.IndexFunc(c.cmds, func(x leaseCmd) bool { return x.id == id })
+	if i < 0 {
+		return
+	}
+	c.cmds[i].done = now
+	me := c.cmds[i]
+	if set {
+		end := me.end
+		for _, o := range c.cmds {
+			if o.id != id && (o.done.IsZero() || o.done.After(me.sent)) && o.end.Before(end) {
+				end = o.end // o may have run after me
+			}
+		}
+		if end.After(c.until) {
+			c.until = end
+		}
+	}
+	// Keep only what a command in flight may have to be compared with.
+	oldest := now
+	for _, o := range c.cmds {
+		if o.done.IsZero() && o.sent.Before(oldest) {
+			oldest = o.sent
+		}
+	}
+	c.cmds = slices.DeleteFunc(c.cmds, func(o leaseCmd) bool { return !o.done.IsZero() && !o.done.After(oldest) })
+}
+
+// busy reports whether commands that set the lease are in flight.
+func (c *leaseClock) busy() bool {
+	return slices.ContainsFunc(c.cmds, func(o leaseCmd) bool { return o.done.IsZero() })
+}
+
+// setting records, under lk.mu, that a command setting the lease to ttl is
+// sent now; settled records its outcome. Both move the lost-lock timer of
+// KeepAlive along with the lease.
+func (lk *Lock) setting(ttl time.Duration) (id uint64, sent time.Time) {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	sent = time.Now()
+	id = lk.clock.send(sent, ttl)
+	lk.moveExpiry()
+	return id, sent
+}
+
+func (lk *Lock) settled(id uint64, set bool) {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	lk.clock.settle(id, set)
+	lk.moveExpiry()
 }
 
 // Key returns the key the lock is held on.
@@ -52,19 +162,28 @@ func (lk *Lock) Token() string { return lk.token }
 func (lk *Lock) Until() time.Time {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
-	return lk.until
+	return lk.clock.until
 }
 
-// Release releases the lock: it deletes the key if, and only if, it still
-// holds this lock's token, and hands the key to the next in line if anyone
-// waits. It returns ErrNotHeld when it did not (the lock was already
-// released, its lease expired, or someone else holds it now); a Lock released
-// once returns ErrNotHeld at once, without contacting Redis. When an Obtain
-// of the same Locker waits for the key and may have it (see Obtain), Release
-// passes the lock to it without contacting Redis.
+// Release releases the lock: it deletes the key if it still holds this
+// lock's token, and hands the key to the next in line if anyone waits. When
+// an Obtain of the same Locker waits for the key and may have it (see
+// Obtain), Release passes the lock to it without contacting Redis. Release
+// stops KeepAlive's renewals first.
 //
-// Release stops KeepAlive's renewals first. It returns when ctx is done even
-// if Redis does not answer; the lease then expires by itself.
+// It returns nil when it released the lock, also when Redis ran it but its
+// reply was lost and go-redis sent it again (a mark kept for releaseMark
+// tells the second run that the first one released it). It returns
+// ErrNotHeld when the key no longer held the lock: its lease ran out, or
+// another client took the key (a Lock released once returns ErrNotHeld at
+// once, without contacting Redis).
+//
+// Release returns when ctx is done even if Redis does not answer; the
+// release then goes on in the background, bounded to 5 seconds, and the
+// error says so. A ctx already done (a request's, ended: the usual
+// `defer lock.Release(ctx)`) releases in the background the same way, so
+// that no lock is left behind. Other errors come from Redis, and leave the
+// lock as it was: Release may be called again.
 func (lk *Lock) Release(ctx context.Context) error {
 	if lk.isReleased() {
 		return ErrNotHeld
@@ -74,22 +193,57 @@ func (lk *Lock) Release(ctx context.Context) error {
 	if l.lines.pass(lk) {
 		return nil
 	}
+	if err := ctx.Err(); err != nil {
+		lk.markReleased()
+		l.releaseLater(lk)
+		return fmt.Errorf("redislock: release %s goes on in the background: %w", quoteKey(lk.key), err)
+	}
 	ln, leave := l.lines.releasing(lk)
-	res, err := bounded(ctx, l.direct, func(ctx context.Context) (releaseResult, error) {
-		res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, leave: leave})
+	res, err := detached(ctx, l.direct, forgetTimeout, func(ctx context.Context) (releaseResult, error) {
+		res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, leave: leave, mark: releaseMark})
 		l.lines.released(l, lk.key, ln, res, err)
 		return res, err
-	}, nil)
-	if err != nil {
-		return err
+	})
+	switch {
+	case isAbandoned(err):
+		lk.markReleased()
+		return fmt.Errorf("redislock: release %s goes on in the background: %w", quoteKey(lk.key), err)
+	case ctx.Err() != nil && err != nil:
+		// go-redis stopped at the deadline (ContextTimeoutEnabled): the
+		// release may not have run; run it again in the background.
+		lk.markReleased()
+		l.releaseLater(lk)
+		return fmt.Errorf("redislock: release %s goes on in the background: %w", quoteKey(lk.key), err)
+	case err != nil:
+		return failed("release", lk.key, err)
 	}
-	lk.mu.Lock()
-	lk.released = true // held or not, it is not ours any more
-	lk.mu.Unlock()
+	lk.markReleased() // held or not, it is not ours any more
 	if !res.released {
 		return ErrNotHeld
 	}
 	return nil
+}
+
+// releaseMark is how long a release leaves its mark: longer than go-redis
+// takes to send a command again after a lost reply (a read timeout, 3 s by
+// default, and a backoff of at most 512 ms).
+const releaseMark = 10 * time.Second
+
+// markReleased records that lk is released, or being released.
+func (lk *Lock) markReleased() {
+	lk.mu.Lock()
+	lk.released = true
+	lk.mu.Unlock()
+}
+
+// release releases lk through Redis, bounded by ctx, without the checks of
+// Release: for locks handed or passed to an Obtain that gave up meanwhile,
+// and for Releases whose ctx was done.
+func (lk *Lock) release(ctx context.Context) {
+	l := lk.locker
+	ln, leave := l.lines.releasing(lk)
+	res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, leave: leave, mark: releaseMark})
+	l.lines.released(l, lk.key, ln, res, err)
 }
 
 // Refresh extends the lease to ttl from now if the lock is still held. It
@@ -103,9 +257,10 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return ErrNotHeld
 	}
 	ttl = ttl.Truncate(time.Millisecond)
-	start := time.Now()
+	id, _ := lk.setting(ttl)
 	held, err := bounded(ctx, lk.locker.direct, func(ctx context.Context) (bool, error) {
 		held, _, err := runRefresh(ctx, lk.locker.client, lk.key, lk.token, ttl, false)
+		lk.settled(id, err == nil && held)
 		return held, err
 	}, nil)
 	if err != nil {
@@ -114,7 +269,7 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if !held {
 		return ErrNotHeld
 	}
-	lk.extended(start, ttl)
+	lk.newGeneration(ttl)
 	return nil
 }
 
@@ -136,10 +291,23 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	return left, nil
 }
 
-func (lk *Lock) currentTTL() time.Duration {
+// newGeneration makes ttl the lease that renewals set from now on (see
+// leaseClock), and reschedules KeepAlive's next renewal from it.
+func (lk *Lock) newGeneration(ttl time.Duration) {
+	lk.mu.Lock()
+	lk.clock.ttl = ttl
+	r := lk.renewal
+	lk.mu.Unlock()
+	if r != nil {
+		lk.locker.keeper.reschedule(r)
+	}
+}
+
+// lease returns the lease's local end and the ttl renewals set.
+func (lk *Lock) lease() (until time.Time, ttl time.Duration) {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
-	return lk.ttl
+	return lk.clock.until, lk.clock.ttl
 }
 
 func (lk *Lock) isReleased() bool {

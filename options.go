@@ -19,6 +19,7 @@ type options struct {
 	minBackoff time.Duration // first retry delay of Obtain
 	maxBackoff time.Duration // largest retry delay of Obtain
 	fencing    bool          // issue fencing tokens on acquire
+	safety     time.Duration // see WithSafetyMargin
 	err        error         // first invalid option, reported by calls
 }
 
@@ -30,6 +31,9 @@ const (
 	// backoff between acquire attempts of Obtain.
 	DefaultMinBackoff = 8 * time.Millisecond
 	DefaultMaxBackoff = 256 * time.Millisecond
+	// DefaultSafetyMargin is how late a timer may fire without KeepAlive's
+	// lost-lock signal coming after the lease's end (see WithSafetyMargin).
+	DefaultSafetyMargin = 50 * time.Millisecond
 )
 
 func defaultOptions() options {
@@ -38,6 +42,7 @@ func defaultOptions() options {
 		wait:       -1,
 		minBackoff: DefaultMinBackoff,
 		maxBackoff: DefaultMaxBackoff,
+		safety:     DefaultSafetyMargin,
 	}
 }
 
@@ -99,5 +104,23 @@ func WithBackoff(min, max time.Duration) Option {
 			return
 		}
 		o.minBackoff, o.maxBackoff = min, max
+	}
+}
+
+// WithSafetyMargin sets how long before the end of a kept lease (see
+// Lock.KeepAlive) its context is cancelled, on top of ttl/100 for clock
+// rates: the time the lost-lock timer may fire late by, on a busy machine
+// (default DefaultSafetyMargin; at most a quarter of the lease is used). A
+// larger margin keeps the signal in time under heavier load, and ends the
+// lock's useful life that much sooner: a kept 300 ms lease is reported lost
+// 53 ms before it ends by default. It applies to the Locker it is given to
+// (New), not to single calls. d must not be negative.
+func WithSafetyMargin(d time.Duration) Option {
+	return func(o *options) {
+		if d < 0 {
+			o.invalid(ErrInvalidOption, "WithSafetyMargin(%v): must not be negative", d)
+			return
+		}
+		o.safety = d
 	}
 }

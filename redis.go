@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -76,6 +77,23 @@ func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T
 		r := <-done // f finished as ctx ended: its outcome wins
 		return r.v, r.err
 	}
+}
+
+// detached is bounded for a call that must go on when the caller stops
+// waiting for it: a release. f runs with a ctx that is not cancelled with
+// the caller's, bounded by d instead, so that a call abandoned at the
+// caller's deadline still completes. With a client that stops at deadlines
+// itself (direct) and a ctx with a deadline, f runs with ctx: the caller
+// then sees the deadline's error, and must carry on by itself.
+func detached[T any](ctx context.Context, direct bool, d time.Duration, f func(context.Context) (T, error)) (T, error) {
+	if _, ok := ctx.Deadline(); ok && direct {
+		return f(ctx)
+	}
+	return bounded(ctx, false, func(context.Context) (T, error) {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
+		defer cancel()
+		return f(dctx)
+	}, nil)
 }
 
 // abandonedError is the error of a call that bounded abandoned when its ctx

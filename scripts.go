@@ -207,14 +207,18 @@ func runAttempt(ctx context.Context, c redis.Scripter, a attemptArgs) (attemptRe
 // releaseScript releases the lock or leaves the line, and hands the key to
 // the first place in line when it is free.
 //
-//	KEYS    scriptKeys(key)
+//	KEYS    scriptKeys(key), then the release mark of ARGV[1]: a key that
+//	        says, for a while, that the lock of ARGV[1] was released
 //	ARGV[1] token to release, or to take out of line
 //	ARGV[2] the id of the caller's Locker
 //	ARGV[3] another token to take out of line (the place of a line of the
 //	        caller's Locker that nobody waits in any more), or ""
+//	ARGV[4] how long to keep the release mark, in ms; "0": no mark
 //	returns {released, to, fence, lease}:
-//	        released is 1 when the key held ARGV[1] and was deleted, else 0
-//	        (the key was untouched, and ARGV[1] is no longer in line);
+//	        released is 1 when the key held ARGV[1] and was deleted, or when
+//	        the mark says that an earlier run of this release did so (its
+//	        reply was lost, and go-redis sent it again), else 0 (the key was
+//	        untouched, and ARGV[1] is no longer in line);
 //	        to is the token the key was handed to, or "" when it was not
 //	        handed over (it is held by another, or nobody is in line); fence
 //	        is to's fence (0 when it asked for none); lease is the lease it
@@ -226,6 +230,11 @@ if holder == ARGV[1] then
 	redis.call("DEL", KEYS[1])
 	released = 1
 	holder = false
+	if ARGV[4] ~= "0" then
+		redis.call("SET", KEYS[5], 1, "PX", ARGV[4])
+	end
+elseif ARGV[4] ~= "0" and redis.call("EXISTS", KEYS[5]) == 1 then
+	released = 1
 elseif redis.call("HDEL", KEYS[4], ARGV[1]) == 1 then
 	redis.call("LREM", KEYS[3], 1, ARGV[1])
 end
@@ -241,7 +250,8 @@ return {released, to or "", fence, lease}`)
 // releaseArgs are the arguments of one releaseScript run.
 type releaseArgs struct {
 	key, token, locker string
-	leave              string // a place to take out of line too, or ""
+	leave              string        // a place to take out of line too, or ""
+	mark               time.Duration // how long to keep the release mark; 0: none
 }
 
 // releaseResult is the outcome of a releaseScript run.
@@ -261,7 +271,8 @@ type handoff struct {
 
 // runRelease runs releaseScript.
 func runRelease(ctx context.Context, c redis.Scripter, a releaseArgs) (releaseResult, error) {
-	res, err := releaseScript.Run(ctx, c, scriptKeys(a.key), a.token, a.locker, a.leave).Slice()
+	keys := append(scriptKeys(a.key), sideKey(a.key, releasedKind+":"+a.token))
+	res, err := releaseScript.Run(ctx, c, keys, a.token, a.locker, a.leave, a.mark.Milliseconds()).Slice()
 	if err != nil {
 		return releaseResult{}, err
 	}

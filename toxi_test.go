@@ -203,7 +203,7 @@ func TestToxiLatencyBeyondLease(t *testing.T) {
 		_, err := locker.TryObtain(ctx, "try", ttl)
 		return err
 	})
-	assert.ErrorIs(t, err, redislock.ErrNotObtained)
+	assert.NotErrorIs(t, err, redislock.ErrNotObtained)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, took, hangDeadline+hangMargin)
 
@@ -222,8 +222,9 @@ func TestToxiLatencyBeyondLease(t *testing.T) {
 // The proxy resets every connection on its first bytes (reset_peer).
 // Expected outcome: a lease of 1s kept through 150ms of resets is not lost
 // (renewals are retried). While the resets last, TryObtain fails with a clear
-// network error (not a deadline) and Obtain with ErrNotObtained at its
-// deadline; nothing is written.
+// network error (not a deadline) and Obtain at its deadline with the
+// network error kept beside the deadline's (neither is ErrNotObtained);
+// nothing is written.
 func TestToxiResetPeer(t *testing.T) {
 	x, _, direct, locker := toxiSetup(t)
 	ctx := ctxT(t, 10*time.Second)
@@ -244,7 +245,8 @@ func TestToxiResetPeer(t *testing.T) {
 		_, err := locker.TryObtain(ctx, "try", time.Minute)
 		return err
 	})
-	require.ErrorIs(t, err, redislock.ErrNotObtained)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redislock.ErrNotObtained)
 	assert.NotErrorIs(t, err, context.DeadlineExceeded, "a reset is reported as such, before the deadline")
 	assert.Less(t, took, 3*time.Second)
 	t.Logf("TryObtain: %v after %v", err, took)
@@ -254,8 +256,9 @@ func TestToxiResetPeer(t *testing.T) {
 		_, err := locker.Obtain(ctx, "obtain", time.Minute)
 		return err
 	})
-	assert.ErrorIs(t, err, redislock.ErrNotObtained)
+	assert.NotErrorIs(t, err, redislock.ErrNotObtained)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorContains(t, err, "the last attempt failed", "the network error is kept")
 	assert.Less(t, took, deadline+hangMargin)
 	t.Logf("Obtain: %v after %v", err, took)
 	assert.Equal(t, int64(0), direct.Exists(ctx, "try").Val(), "a reset request was run")
@@ -303,7 +306,7 @@ func TestToxiBlackHole(t *testing.T) {
 		took, err := timed(hangDeadline, c.call)
 		assert.ErrorIs(t, err, context.DeadlineExceeded, c.name)
 		if c.key != "" {
-			assert.ErrorIs(t, err, redislock.ErrNotObtained, c.name)
+			assert.NotErrorIs(t, err, redislock.ErrNotObtained, c.name)
 		}
 		assert.Less(t, took, hangDeadline+hangMargin, "%s returned late", c.name)
 	}
@@ -359,7 +362,7 @@ func TestToxiHalfClosed(t *testing.T) {
 		_, err := locker.TryObtain(ctx, "half", time.Minute)
 		return err
 	})
-	assert.ErrorIs(t, err, redislock.ErrNotObtained)
+	assert.NotErrorIs(t, err, redislock.ErrNotObtained)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, took, hangDeadline+hangMargin)
 	assert.Equal(t, int64(0), direct.Exists(ctx, "half").Val(), "run on a closed connection")
@@ -396,7 +399,8 @@ func TestToxiTruncatedReplies(t *testing.T) {
 		_, err := locker.TryObtain(ctx, "cut", ttl)
 		return err
 	})
-	require.ErrorIs(t, err, redislock.ErrNotObtained)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redislock.ErrNotObtained)
 	assert.NotErrorIs(t, err, context.DeadlineExceeded, "a closed connection is reported as such")
 	assert.Less(t, took, 3*time.Second)
 	t.Logf("TryObtain: %v after %v", err, took)
@@ -405,7 +409,7 @@ func TestToxiTruncatedReplies(t *testing.T) {
 		_, err := locker.Obtain(ctx, "cut:obtain", ttl)
 		return err
 	})
-	assert.ErrorIs(t, err, redislock.ErrNotObtained)
+	assert.NotErrorIs(t, err, redislock.ErrNotObtained)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, took, hangDeadline+hangMargin)
 	t.Logf("Obtain: %v after %v", err, took)
