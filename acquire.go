@@ -49,7 +49,7 @@ func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *opti
 // Obtain, or ctx ends. The line decides what to do next (lines.next); this
 // loop only does it.
 func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, error) {
-	ln, w := l.lines.join(key, ttl, o)
+	ln, w := l.lines.join(l, key, ttl, o)
 	for {
 		s := l.lines.next(l, ln, w)
 		switch {
@@ -106,27 +106,34 @@ var errLeaseRanOut = errors.New("the lease ran out before the acquire's reply ar
 // long), or is of another length than asked for. On failure the key is
 // released (which hands it on); errLeaseRanOut when it was no longer held.
 func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bool) error {
-	fence := fenced && lk.fence == 0
-	id, _ := lk.setting(ttl)
-	r, err := bounded(ctx, l.direct, func(ctx context.Context) (refreshResult, error) {
-		held, f, err := runRefresh(ctx, l.client, lk.key, lk.token, ttl, fence)
-		lk.settled(id, err == nil && held)
-		return refreshResult{held, f}, err
-	}, nil)
-	switch {
-	case err == nil && r.held:
+	for {
+		fence := fenced && lk.fence == 0
+		id, _ := lk.setting(ttl)
+		r, err := bounded(ctx, l.direct, func(ctx context.Context) (refreshResult, error) {
+			held, f, err := runRefresh(ctx, l.client, lk.key, lk.token, ttl, fence)
+			lk.settled(id, err == nil && held)
+			return refreshResult{held, f}, err
+		}, nil)
+		switch {
+		case err == nil && !r.held:
+			lk.markLost()
+			return errLeaseRanOut
+		case err != nil:
+			l.releaseLater(lk)
+			return failed("acquire", lk.key, err)
+		}
 		lk.mu.Lock()
 		if fence {
 			lk.fence = r.fence
 		}
 		lk.mu.Unlock()
 		lk.newGeneration(ttl)
-		return nil
-	case err == nil:
-		return errLeaseRanOut
+		if time.Until(lk.Until()) >= ttl/2 {
+			return nil
+		}
+		// The reply came so late that little of the lease is left: renew
+		// again (until ctx ends).
 	}
-	l.releaseLater(lk)
-	return failed("acquire", lk.key, err)
 }
 
 // refreshResult is runRefresh's outcome, for bounded.
@@ -151,6 +158,7 @@ func (l *Locker) giveUp(ln *line, w *waiter) (last error) {
 // A lock handed or passed to an Obtain that gave up is passed on, if it may
 // be, before that.
 func (l *Locker) releaseLater(lk *Lock) {
+	_ = lk.beginRelease()
 	lk.stopKeeping()
 	if l.lines.pass(lk) {
 		return

@@ -578,12 +578,16 @@ func TestDeadlinesHoldWithContextTimeoutEnabled(t *testing.T) {
 	require.NoError(t, err)
 
 	b.srv.Freeze(t)
-	for name, call := range map[string]func(context.Context) error{
-		"Obtain":  func(ctx context.Context) error { _, err := locker.Obtain(ctx, "k", time.Minute); return err },
-		"Refresh": func(ctx context.Context) error { return held.Refresh(ctx, time.Minute) },
-		"Release": func(ctx context.Context) error { return held.Release(ctx) },
+	for _, c := range []struct {
+		name string
+		call func(context.Context) error
+	}{
+		{"Obtain", func(ctx context.Context) error { _, err := locker.Obtain(ctx, "k", time.Minute); return err }},
+		{"Refresh", func(ctx context.Context) error { return held.Refresh(ctx, time.Minute) }},
+		{"Release", func(ctx context.Context) error { return held.Release(ctx) }}, // last: it goes on in the background
 	} {
-		took, err := timed(hangDeadline, call)
+		name := c.name
+		took, err := timed(hangDeadline, c.call)
 		assert.ErrorIs(t, err, context.DeadlineExceeded, name)
 		assert.Less(t, took, hangDeadline+hangMargin, "%s returned late", name)
 	}

@@ -5,7 +5,10 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"net"
+	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -105,10 +108,12 @@ func miniBackend(t testing.TB) *backend {
 }
 
 // hook is a go-redis hook that calls before ahead of sending each command
-// (pipelined or not) and after once its reply is in. Either may be nil.
+// (pipelined or not), pipeline ahead of sending a pipeline, and after once a
+// command's reply is in. Any may be nil.
 type hook struct {
-	before func(cmd redis.Cmder)
-	after  func(cmd redis.Cmder, err error)
+	before   func(cmd redis.Cmder)
+	pipeline func(cmds []redis.Cmder)
+	after    func(cmd redis.Cmder, err error)
 }
 
 func (h hook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -128,6 +133,9 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.pipeline != nil {
+			h.pipeline(cmds)
+		}
 		for _, c := range cmds {
 			if h.before != nil {
 				h.before(c)
@@ -213,4 +221,85 @@ func withoutMarks(t testing.TB, rdb redis.UniversalClient, keys []string) []stri
 func requireOnlyMarks(t testing.TB, rdb redis.UniversalClient) {
 	t.Helper()
 	require.Empty(t, withoutMarks(t, rdb, rdb.Keys(context.Background(), "*").Val()))
+}
+
+// deadConns is a go-redis Dialer whose connections can go silently dead:
+// once a connection has been picked by KillNext, everything written to it is
+// dropped and its reads block until it is closed, as on a connection whose
+// packets are lost while the socket stays open.
+type deadConns struct {
+	next atomic.Pointer[func([]byte) bool] // the next write it matches kills its connection
+	dead atomic.Int64                      // connections killed so far
+}
+
+// killNext makes the next connection that writes bytes matching match
+// silently dead, before those bytes reach Redis.
+func (d *deadConns) killNext(match func([]byte) bool) { d.next.Store(&match) }
+
+// dial is a go-redis Options.Dialer.
+func (d *deadConns) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var dialer net.Dialer
+	c, err := dialer.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &deadConn{Conn: c, owner: d, closed: make(chan struct{})}, nil
+}
+
+type deadConn struct {
+	net.Conn
+	owner     *deadConns
+	dead      atomic.Bool
+	deadline  atomic.Pointer[time.Time] // the read deadline go-redis set
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (c *deadConn) Write(b []byte) (int, error) {
+	if m := c.owner.next.Load(); !c.dead.Load() && m != nil && (*m)(b) && c.owner.next.CompareAndSwap(m, nil) {
+		c.dead.Store(true)
+		c.owner.dead.Add(1)
+	}
+	if c.dead.Load() {
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+// Read on a dead connection waits for the read deadline, as a socket whose
+// peer went silent does.
+func (c *deadConn) Read(b []byte) (int, error) {
+	if !c.dead.Load() {
+		n, err := c.Conn.Read(b)
+		if !c.dead.Load() {
+			return n, err
+		}
+	}
+	var timeout <-chan time.Time
+	if d := c.deadline.Load(); d != nil && !d.IsZero() {
+		t := time.NewTimer(time.Until(*d))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-c.closed:
+		return 0, net.ErrClosed
+	case <-timeout:
+		return 0, os.ErrDeadlineExceeded
+	}
+}
+
+func (c *deadConn) SetReadDeadline(t time.Time) error {
+	c.deadline.Store(&t)
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *deadConn) SetDeadline(t time.Time) error {
+	c.deadline.Store(&t)
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *deadConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
 }

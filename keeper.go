@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,8 +23,9 @@ var ErrLockLost = errors.New("redislock: lock lost")
 //     it was sent: two more tries fit before it runs out.
 //   - Renewals due within a sixth of their ttl of the first one go along in
 //     its pipeline, one per Redis node (a Cluster master; one for other
-//     clients), so that 10,000 kept leases cost a few round trips a second,
-//     and a node that is down or slow holds up only its own leases.
+//     clients) and maxBatch renewals, so that 10,000 kept leases cost about
+//     20 round trips a second, and a node that is down or slow holds up
+//     only its own leases.
 //   - A renewal not answered after a quarter of the lease it has left is
 //     sent again, on another connection (go-redis takes a free one from its
 //     pool), rather than waited for: one dead connection, or one reply stuck
@@ -41,6 +43,7 @@ const (
 	renewRetry  = 50 * time.Millisecond
 	maxInFlight = 3
 	minHedge    = 5 * time.Millisecond
+	maxBatch    = 512 // renewals per pipeline: a longer one holds up Redis
 )
 
 // margin is how long before the local end of a lease of ttl its holder is
@@ -73,8 +76,9 @@ func margin(ttl, safety time.Duration) time.Duration {
 // (it is cancelled). The leases of a Locker are renewed by one goroutine,
 // which runs while the Locker keeps a lease, in pipelines per Redis node.
 func (lk *Lock) KeepAlive(ctx context.Context) context.Context {
-	lctx, cancel := context.WithCancelCause(ctx)
-	r := &renewal{lk: lk, ctx: lctx, cancel: cancel}
+	cctx, cancel := context.WithCancelCause(ctx)
+	r := &renewal{lk: lk, ctx: cctx, cancel: cancel}
+	lctx := leaseContext{Context: cctx, r: r}
 	lk.mu.Lock()
 	if lk.released {
 		lk.mu.Unlock()
@@ -85,7 +89,7 @@ func (lk *Lock) KeepAlive(ctx context.Context) context.Context {
 	lk.renewal = r
 	r.expire = time.AfterFunc(time.Hour, func() { cancel(ErrLockLost) })
 	lk.moveExpiry()
-	r.due = lk.clock.until.Add(-lk.clock.ttl * 2 / 3)
+	r.due, r.ttl = lk.clock.until.Add(-lk.clock.ttl*2/3), lk.clock.ttl
 	lk.mu.Unlock()
 	if old != nil {
 		old.cancel(context.Canceled)
@@ -109,9 +113,35 @@ func (lk *Lock) KeepAlive(ctx context.Context) context.Context {
 // less the margin. lk.mu is held.
 func (lk *Lock) moveExpiry() {
 	if r := lk.renewal; r != nil && r.ctx.Err() == nil {
-		r.expire.Reset(time.Until(lk.clock.until) - margin(lk.clock.ttl, lk.locker.opts.safety))
+		end := lk.clock.until.Add(-margin(lk.clock.ttl, lk.locker.opts.safety))
+		r.end.Store(int64(end.Sub(epoch)))
+		r.expire.Reset(time.Until(end))
 	}
 }
+
+// A leaseContext is the context KeepAlive returns. Its Err also reads the
+// clock: called once the lease's local end, less the margin, has passed, it
+// cancels the context with ErrLockLost there and then. So a holder that
+// polls Err learns of the loss in time even when the lost-lock timer fires
+// late on a busy machine; one that waits on Done depends on the timer.
+type leaseContext struct {
+	context.Context // the cancelable context; Done, Value and Cause are its
+	r               *renewal
+}
+
+func (c leaseContext) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if time.Since(epoch) >= time.Duration(c.r.end.Load()) {
+		c.r.cancel(ErrLockLost)
+		return c.Context.Err()
+	}
+	return nil
+}
+
+// epoch is the origin of renewal.end, on the monotonic clock.
+var epoch = time.Now()
 
 // stopKeeping ends the lock's lease keeping, if any.
 func (lk *Lock) stopKeeping() {
@@ -128,10 +158,12 @@ type renewal struct {
 	lk     *Lock
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	expire *time.Timer // cancels ctx with ErrLockLost when the lease runs out
+	expire *time.Timer  // cancels ctx with ErrLockLost when the lease runs out
+	end    atomic.Int64 // when expire is due, as a time since epoch
 
 	// guarded by keeper.mu
 	due      time.Time     // when the next renewal is due
+	ttl      time.Duration // the lease renewals set (the Lock's, cached)
 	inflight int           // renewals sent and not returned
 	sent     time.Time     // when the latest was sent
 	hedge    time.Duration // how long after sent another is sent while it is in flight
@@ -146,6 +178,7 @@ type keeper struct {
 	mu       sync.Mutex
 	renewals map[*renewal]struct{}
 	run      *keeperRun // nil while loop is not running
+	wakeAt   time.Time  // when loop looks again, unless poked
 }
 
 // keeperRun is one run of keeper.loop.
@@ -181,7 +214,7 @@ func (k *keeper) reschedule(r *renewal) {
 	until, ttl := r.lk.lease()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	r.due = until.Add(-ttl * 2 / 3)
+	r.due, r.ttl = until.Add(-ttl*2/3), ttl
 	k.poke()
 }
 
@@ -216,9 +249,10 @@ func (k *keeper) loop(l *Locker, run *keeperRun) {
 	}
 }
 
-// due returns the renewals to send now, in one batch per node, and when to
-// look again. ok is false when there is nothing left to keep: run is over.
-func (k *keeper) due(l *Locker, run *keeperRun) (batches map[string][]*renewal, next time.Time, ok bool) {
+// due returns the renewals to send now, in batches of one node each, and
+// when to look again. ok is false when there is nothing left to keep: run
+// is over.
+func (k *keeper) due(l *Locker, run *keeperRun) (batches [][]*renewal, next time.Time, ok bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if len(k.renewals) == 0 {
@@ -227,11 +261,11 @@ func (k *keeper) due(l *Locker, run *keeperRun) (batches map[string][]*renewal, 
 	}
 	now := time.Now()
 	next = now.Add(time.Hour)
-	batches = make(map[string][]*renewal)
+	byNode := make(map[string][]*renewal)
+	defer func() { k.wakeAt = next }()
 	for r := range k.renewals {
-		until, ttl := r.lk.lease()
 		at := r.due
-		send := !at.After(now.Add(ttl / 6))
+		send := !at.After(now.Add(r.ttl / 6))
 		if r.inflight > 0 {
 			at = r.sent.Add(r.hedge)
 			send = r.inflight < maxInFlight && !at.After(now)
@@ -245,11 +279,19 @@ func (k *keeper) due(l *Locker, run *keeperRun) (batches map[string][]*renewal, 
 		if r.node == "" {
 			r.node = l.nodeOf(r.lk.key)
 		}
+		until, _ := r.lk.lease()
 		r.inflight++
 		r.sent, r.hedge = now, max(until.Sub(now)/4, minHedge)
-		batches[r.node] = append(batches[r.node], r)
+		byNode[r.node] = append(byNode[r.node], r)
 		if hedge := now.Add(r.hedge); hedge.Before(next) {
 			next = hedge
+		}
+	}
+	for _, rs := range byNode {
+		for len(rs) > 0 {
+			n := min(len(rs), maxBatch)
+			batches = append(batches, rs[:n])
+			rs = rs[n:]
 		}
 	}
 	return batches, next, true
@@ -278,6 +320,7 @@ func (k *keeper) renew(l *Locker, batch []*renewal) {
 	for i, r := range batch {
 		r.lk.settled(ids[i], res != nil && res[i] == 1)
 		if res != nil && res[i] == 0 {
+			r.lk.markLost()
 			r.cancel(ErrLockLost)
 		}
 	}
@@ -288,12 +331,14 @@ func (k *keeper) renew(l *Locker, batch []*renewal) {
 		switch {
 		case res != nil && res[i] == 1:
 			until, ttl := r.lk.lease()
-			r.due = until.Add(-ttl * 2 / 3)
+			r.due, r.ttl = until.Add(-ttl*2/3), ttl
 		case r.inflight == 0:
 			r.due, r.node = retry, "" // and ask which node serves it again
 		}
+		if r.due.Before(k.wakeAt) {
+			k.poke() // loop sleeps past this renewal's turn
+		}
 	}
-	k.poke()
 }
 
 // nodeOf returns the address of the Redis node that serves key, for a

@@ -1,9 +1,11 @@
 package redislock_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed5e0b76d9/redislock"
+	"github.com/seed5e0b76d9/redislock/internal/redistest"
 )
 
 // A 600ms lease outlives a 2.5s job, and a competitor never gets in.
@@ -275,4 +278,229 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// watchLost records when lctx is cancelled.
+func watchLost(lctx context.Context) func() time.Time {
+	var at atomic.Pointer[time.Time]
+	context.AfterFunc(lctx, func() { now := time.Now(); at.Store(&now) })
+	return func() time.Time {
+		if p := at.Load(); p != nil {
+			return *p
+		}
+		return time.Time{}
+	}
+}
+
+// competeUntil has another client try to obtain key every few milliseconds
+// until d has passed; it returns when it first got it (zero if never).
+func competeUntil(t *testing.T, rdb *redis.Client, key string, d time.Duration) time.Time {
+	t.Helper()
+	other := redislock.New(rdb)
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		if lk, err := other.TryObtain(context.Background(), key, time.Minute); err == nil {
+			got := time.Now()
+			_ = lk.Release(context.Background())
+			return got
+		}
+		time.Sleep(3 * time.Millisecond)
+	}
+	return time.Time{}
+}
+
+// A Refresh to a shorter lease (900 ms to 100 ms) races a renewal that
+// Redis runs first but whose reply is held back until after the Refresh
+// returned: the kept context is never live while another client can obtain
+// the key. (Before the lease clock, the late reply made the lock look held
+// for the old ttl, and renewals kept the old schedule.)
+func TestKeepAlive_RefreshRacingRenewal(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	var first atomic.Bool
+	renewed, refreshed := make(chan struct{}), make(chan struct{})
+	rdb.AddHook(hook{after: func(cmd redis.Cmder, err error) {
+		if err == nil && runs(cmd, redislock.RefreshScriptHash) && first.CompareAndSwap(false, true) {
+			close(renewed) // the renewal has run; its reply waits
+			<-refreshed
+		}
+	}})
+	lk, err := redislock.New(rdb).Obtain(ctx, "k", 900*time.Millisecond)
+	require.NoError(t, err)
+	lctx := lk.KeepAlive(ctx)
+	lostAt := watchLost(lctx)
+	<-renewed
+	// Refresh runs on another connection, after the renewal in Redis; the
+	// renewal's reply comes in just after the Refresh returned.
+	err = lk.Refresh(ctx, 100*time.Millisecond)
+	close(refreshed)
+	require.NoError(t, err)
+
+	other, _ := b.client(t)
+	got := competeUntil(t, other, "k", 2*time.Second)
+	if !got.IsZero() {
+		lost := lostAt()
+		require.False(t, lost.IsZero(), "another client obtained the key while the kept context was live")
+		assert.True(t, lost.Before(got), "the context was cancelled %v after another client obtained the key", lost.Sub(got))
+		assert.ErrorIs(t, context.Cause(lctx), redislock.ErrLockLost)
+	} else {
+		assert.NoError(t, lctx.Err(), "the lease was kept")
+	}
+	_ = lk.Release(ctx)
+}
+
+// KeepAlive follows a shorter Refresh: renewals are rescheduled from the new
+// ttl, so a lease shortened from 3 s to 300 ms is kept through 1.5 s with no
+// fault at all.
+func TestKeepAlive_FollowsShorterRefresh(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	lk, err := redislock.New(rdb).Obtain(ctx, "k", 3*time.Second)
+	require.NoError(t, err)
+	lctx := lk.KeepAlive(ctx)
+	require.NoError(t, lk.Refresh(ctx, 300*time.Millisecond))
+	other, _ := b.client(t)
+	assert.True(t, competeUntil(t, other, "k", 1500*time.Millisecond).IsZero(), "another client got the key")
+	require.NoError(t, lctx.Err(), "lost: %v", context.Cause(lctx))
+	assert.LessOrEqual(t, rdb.PTTL(ctx, "k").Val(), 300*time.Millisecond, "renewed to the Refresh's ttl")
+	require.NoError(t, lk.Release(ctx))
+}
+
+// One silently dead connection (what is written to it is dropped, and reads
+// wait for go-redis's 3 s read timeout) costs no lease: a renewal that is not
+// answered is sent again on another connection, long before the lease ends.
+func TestKeepAlive_DeadConnectionCostsNoLease(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 20*time.Second)
+	dc := &deadConns{}
+	rdb, _ := b.client(t, func(o *redis.Options) { o.Dialer = dc.dial })
+	locker := redislock.New(rdb)
+	const ttl = 1500 * time.Millisecond
+	var kept []context.Context
+	for _, key := range []string{"a", "b"} {
+		lk, err := locker.Obtain(ctx, key, ttl)
+		require.NoError(t, err)
+		kept = append(kept, lk.KeepAlive(ctx))
+		defer func() { _ = lk.Release(ctx) }()
+	}
+	dc.killNext(func(b []byte) bool { return bytes.Contains(b, []byte(redislock.RefreshScriptHash)) })
+	time.Sleep(2 * ttl)
+	require.Equal(t, int64(1), dc.dead.Load(), "a renewal's connection died")
+	for i, lctx := range kept {
+		assert.NoError(t, lctx.Err(), "lease %d lost: %v", i, context.Cause(lctx))
+	}
+}
+
+// On a real 3-master Cluster, killing the master that serves one lock costs
+// no lease of the locks the two other masters serve: each master's leases
+// are renewed on their own.
+func TestKeepAlive_KilledShardCostsNoLeaseElsewhere(t *testing.T) {
+	cluster := redistest.StartCluster(t)
+	cc := cluster.Client(t)
+	ctx := ctxT(t, 30*time.Second)
+	locker := redislock.New(cc)
+	masters := map[string]string{} // master address -> key
+	for i := 0; len(masters) < 3; i++ {
+		key := "lock:" + strconv.Itoa(i)
+		if m := cluster.MasterFor(t, key).Addr(); masters[m] == "" {
+			masters[m] = key
+		}
+	}
+	const ttl = 1500 * time.Millisecond
+	kept := map[string]context.Context{}
+	for _, key := range masters {
+		lk, err := locker.Obtain(ctx, key, ttl)
+		require.NoError(t, err)
+		kept[key] = lk.KeepAlive(ctx)
+	}
+	victim := masters[cluster.MasterFor(t, "lock:0").Addr()]
+	cluster.KillMaster(t, victim)
+	time.Sleep(2 * ttl)
+	for key, lctx := range kept {
+		if key == victim {
+			t.Logf("lease on the killed master: %v", context.Cause(lctx))
+			continue
+		}
+		assert.NoError(t, lctx.Err(), "lease of %q on a healthy master lost: %v", key, context.Cause(lctx))
+	}
+}
+
+// Kept leases under CPU load: 1,000 leases of 300 ms whose renewals are
+// held back until after the leases ran out in Redis (so every key expires),
+// while 4 goroutines spin on the 2 cores (Go timers then fire tens of
+// milliseconds late); a checker reads every key every 10 ms. No key is ever
+// gone while its holder's context says it is live (Err): the lost-lock
+// signal keeps a margin for timers that fire late, and Err reads the clock
+// besides.
+func TestKeepAlive_NoKeyGoneWhileLiveUnderLoad(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	rdb, _ := b.client(t)
+	var hold atomic.Bool
+	rdb.AddHook(hook{pipeline: func(cmds []redis.Cmder) {
+		if hold.Load() && runs(cmds[0], redislock.RefreshScriptHash) {
+			time.Sleep(400 * time.Millisecond)
+		}
+	}})
+	checker, _ := b.client(t)
+	locker := redislock.New(rdb)
+	const n, ttl = 1000, 300 * time.Millisecond
+	keys := make([]string, n)
+	kept := make([]context.Context, n)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+		lk, err := locker.TryObtain(ctx, keys[i], ttl)
+		require.NoError(t, err)
+		kept[i] = lk.KeepAlive(ctx)
+		defer func() { _ = lk.Release(context.Background()) }()
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				for i := 0; i < 1e6; i++ {
+				}
+			}
+		}()
+	}
+	hold.Store(true)
+	var gone, violations, doneLate int
+	seen := make([]bool, n)
+	end := time.Now().Add(time.Second)
+	for time.Now().Before(end) {
+		cmds, err := checker.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range keys {
+				p.Exists(ctx, k)
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		for i, c := range cmds {
+			if c.(*redis.IntCmd).Val() == 0 && !seen[i] {
+				seen[i] = true
+				gone++
+				select {
+				case <-kept[i].Done():
+				default:
+					doneLate++ // the timer has not fired yet
+				}
+				if kept[i].Err() == nil {
+					violations++
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	hold.Store(false)
+	t.Logf("%d of %d keys expired under load; Done was closed late for %d", gone, n, doneLate)
+	require.Positive(t, gone, "no lease ran out: the test proves nothing")
+	assert.Zero(t, violations, "keys gone while their holders' contexts were live")
+	waitGoroutinesGone(t, "redislock.(*keeper).renew", 2*time.Second)
 }

@@ -105,6 +105,7 @@ type line struct {
 	token   string    // the line's place, and the key's value once handed to it
 
 	place    placeState
+	joined   bool      // an attempt to take a place with token was sent: later ones renew it
 	base     time.Time // when the latest command that confirmed the place was sent
 	renewAt  time.Time // when the head renews the place
 	holdEnd  time.Time // when the holder's lease ends, as the latest reply said; zero: unknown
@@ -114,6 +115,7 @@ type line struct {
 	lastErr  error     // the error of the latest attempt; nil when it found the key held
 
 	hold   *Lock       // this Locker's lock on the key, got through the line
+	idle   time.Time   // since when nobody waits in the line kept for its hold
 	passes int         // passes left for hold
 	round  time.Time   // when the hold was got from Redis
 	expiry *time.Timer // drops a line kept for its hold alone when the hold's lease ends
@@ -142,12 +144,20 @@ func (w *waiter) poke() {
 	}
 }
 
-// join puts a waiter for key at the end of its line.
-func (ls *lines) join(key string, ttl time.Duration, o *options) (*line, *waiter) {
+// join puts a waiter for key at the end of its line. A line that nobody
+// waited in for passSlice (it was kept for its hold) gives up its place
+// first: a waiter that comes back later is in line behind those that came
+// meanwhile.
+func (ls *lines) join(l *Locker, key string, ttl time.Duration, o *options) (*line, *waiter) {
 	w := &waiter{ttl: ttl, fenced: o.fencing, wake: make(chan struct{}, 1), poll: o.minBackoff}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln := ls.lineFor(key)
+	if len(ln.waiters) == 0 && ln.place != noPlace && ln.inflight == 0 && time.Since(ln.idle) > passSlice {
+		go l.leave(key, ln.token)
+		ls.renewToken(ln)
+	}
+	ln.idle = time.Time{}
 	ln.waiters = append(ln.waiters, w)
 	return ln, w
 }
@@ -239,7 +249,9 @@ func (ls *lines) next(l *Locker, ln *line, w *waiter) step {
 	}
 	ln.inflight++
 	ln.check = false
-	return step{attempt: &attemptArgs{key: ln.key, token: ln.token, locker: l.id, ttl: w.ttl, fenced: w.fenced, place: placeLease}}
+	a := &attemptArgs{key: ln.key, token: ln.token, locker: l.id, ttl: w.ttl, fenced: w.fenced, place: placeLease, renew: ln.joined}
+	ln.joined = true
+	return step{attempt: a}
 }
 
 // attempted settles the line after its attempt a, sent at start.
@@ -252,6 +264,10 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 	case err == nil && res.ours:
 		ln.handed = nil
 		ls.grant(ln, newLock(l, ln.key, a.token, res.fence, a.ttl, start))
+	case err == nil && res.noPlace:
+		// The place lapsed, or a hand-off to it went unheard and its lease
+		// ran out: the token is spent. Take a new place with a new one.
+		ls.renewToken(ln)
 	case err == nil:
 		ls.placed(l, ln, start)
 		ln.holdEnd = time.Time{}
@@ -298,7 +314,12 @@ func (ls *lines) grant(ln *line, lk *Lock) {
 	w.lock = lk
 	w.poke()
 	ln.hold, ln.passes, ln.round = lk, maxPasses, time.Now()
-	ln.token, ln.place, ln.check, ln.holdEnd = newToken(), noPlace, false, time.Time{}
+	ls.renewToken(ln)
+}
+
+// renewToken gives ln a new token, with no place yet.
+func (ls *lines) renewToken(ln *line) {
+	ln.token, ln.place, ln.joined, ln.check, ln.handed, ln.holdEnd = newToken(), noPlace, false, false, nil, time.Time{}
 }
 
 // settle brings the line up to date after a change: it applies a pending
@@ -323,6 +344,9 @@ func (ls *lines) settle(l *Locker, ln *line) {
 		return
 	}
 	if !ln.detached && ln.handed == nil && holding(ln) {
+		if ln.idle.IsZero() {
+			ln.idle = time.Now()
+		}
 		ls.keepFor(l, ln)
 		return
 	}
@@ -431,7 +455,11 @@ func (ls *lines) releasing(lk *Lock) (ln *line, leave string) {
 		return nil, ""
 	}
 	ln.hold = nil
-	if len(ln.waiters) > 0 || ln.inflight > 0 || ln.handed != nil || ln.place == noPlace {
+	if len(ln.waiters) > 0 {
+		return nil, ""
+	}
+	if ln.inflight > 0 || ln.handed != nil || ln.place == noPlace {
+		ls.settle(lk.locker, ln) // detaches it, and cleans up what needs it
 		return nil, ""
 	}
 	ls.detach(ln)
@@ -507,13 +535,19 @@ func (ls *lines) retire(s *subscription, linger time.Duration) bool {
 	return true
 }
 
+// leave takes token, a place of key's line that the line gave up, out of
+// the queue (or releases the key if it was handed to it, which hands it on).
+func (l *Locker) leave(key, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
+	defer cancel()
+	res, err := runRelease(ctx, l.client, releaseArgs{key: key, token: token, locker: l.id})
+	l.lines.released(l, key, nil, res, err)
+}
+
 // cleanUp takes a detached line out of Redis: it leaves the queue, or
 // releases the key if it was handed to the line, which hands it on.
 func (l *Locker) cleanUp(ln *line) {
-	ctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
-	defer cancel()
-	res, err := runRelease(ctx, l.client, releaseArgs{key: ln.key, token: ln.token, locker: l.id})
-	l.lines.released(l, ln.key, nil, res, err)
+	l.leave(ln.key, ln.token)
 	l.lines.mu.Lock()
 	ln.inflight-- // whatever happened: a place left lapses, a key left expires
 	l.lines.mu.Unlock()

@@ -19,10 +19,11 @@ type Lock struct {
 	token  string
 	fence  int64
 
-	mu       sync.Mutex
-	clock    leaseClock // the lease as known locally
-	released bool       // released (or passed on): the lock is gone for good
-	renewal  *renewal   // set while KeepAlive renews the lease
+	mu        sync.Mutex
+	clock     leaseClock // the lease as known locally
+	releasing bool       // a Release is under way
+	released  bool       // released (or passed on): the lock is gone for good
+	renewal   *renewal   // set while KeepAlive renews the lease
 }
 
 // newLock returns the lock on key held by token since a command sent at
@@ -43,12 +44,15 @@ func newLock(l *Locker, key, token string, fence int64, ttl time.Duration, start
 //
 //   - send lowers until to S + ttl at once, before Redis can run the
 //     command: whenever it runs, the expiry stays at or above until;
-//   - settle, when a command is known to have set the lease, raises until
-//     to its S + ttl, but not above the S + ttl of any command that Redis
-//     may have run after it: those still in flight, and those whose outcome
-//     arrived after it was sent (its own outcome says it ran before then,
-//     theirs says nothing about the order). Each of those is a lower bound
-//     of the expiry should it have run last.
+//   - settle, when a command sent at S that set the lease to ttl is known
+//     to have run, raises until to S + ttl, but not above max(S, S') + ttl'
+//     for any command (S', ttl') that Redis may have run after it: those
+//     still in flight, and those whose outcome arrived after S (the order of
+//     two commands in flight together is unknown). Such a command ran at
+//     some E' >= S' and, being later, E' >= S: it left the expiry at
+//     E' + ttl' >= max(S, S') + ttl'. So a renewal of the same ttl still in
+//     flight (on a dead connection, say) does not hold until back, and a
+//     shorter Refresh in flight does.
 //
 // A command that failed (a lost connection) is taken to have run before its
 // failure was reported, or not at all: go-redis closes the connection, and
@@ -70,41 +74,44 @@ type leaseClock struct {
 type leaseCmd struct {
 	id   uint64
 	sent time.Time
-	end  time.Time // sent + its ttl: the earliest expiry it can leave
+	ttl  time.Duration
 	done time.Time // when its outcome arrived; zero while in flight
 }
 
 // send records a command that sets the lease to ttl, sent now, and returns
-// its id for settle.
-func (c *leaseClock) send(sent time.Time, ttl time.Duration) uint64 {
+// its id for settle. moved reports that until changed.
+func (c *leaseClock) send(sent time.Time, ttl time.Duration) (id uint64, moved bool) {
 	end := sent.Add(ttl)
 	if end.Before(c.until) {
-		c.until = end
+		c.until, moved = end, true
 	}
 	c.last++
-	c.cmds = append(c.cmds, leaseCmd{id: c.last, sent: sent, end: end})
-	return c.last
+	c.cmds = append(c.cmds, leaseCmd{id: c.last, sent: sent, ttl: ttl})
+	return c.last, moved
 }
 
 // settle records the outcome of command id: set reports that it ran and set
-// the lease.
-func (c *leaseClock) settle(id uint64, set bool) {
+// the lease. moved reports that until changed.
+func (c *leaseClock) settle(id uint64, set bool) (moved bool) {
 	now := time.Now()
 	i := slices.IndexFunc(c.cmds, func(x leaseCmd) bool { return x.id == id })
 	if i < 0 {
-		return
+		return false
 	}
 	c.cmds[i].done = now
 	me := c.cmds[i]
 	if set {
-		end := me.end
+		end := me.sent.Add(me.ttl)
 		for _, o := range c.cmds {
-			if o.id != id && (o.done.IsZero() || o.done.After(me.sent)) && o.end.Before(end) {
-				end = o.end // o may have run after me
+			if o.id != id && (o.done.IsZero() || o.done.After(me.sent)) {
+				// o may have run after me: it left at least this.
+				if e := maxTime(me.sent, o.sent).Add(o.ttl); e.Before(end) {
+					end = e
+				}
 			}
 		}
 		if end.After(c.until) {
-			c.until = end
+			c.until, moved = end, true
 		}
 	}
 	// Keep only what a command in flight may have to be compared with.
@@ -115,6 +122,14 @@ func (c *leaseClock) settle(id uint64, set bool) {
 		}
 	}
 	c.cmds = slices.DeleteFunc(c.cmds, func(o leaseCmd) bool { return !o.done.IsZero() && !o.done.After(oldest) })
+	return moved
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // busy reports whether commands that set the lease are in flight.
@@ -129,16 +144,19 @@ func (lk *Lock) setting(ttl time.Duration) (id uint64, sent time.Time) {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
 	sent = time.Now()
-	id = lk.clock.send(sent, ttl)
-	lk.moveExpiry()
+	id, moved := lk.clock.send(sent, ttl)
+	if moved {
+		lk.moveExpiry()
+	}
 	return id, sent
 }
 
 func (lk *Lock) settled(id uint64, set bool) {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
-	lk.clock.settle(id, set)
-	lk.moveExpiry()
+	if lk.clock.settle(id, set) {
+		lk.moveExpiry()
+	}
 }
 
 // Key returns the key the lock is held on.
@@ -185,7 +203,7 @@ func (lk *Lock) Until() time.Time {
 // that no lock is left behind. Other errors come from Redis, and leave the
 // lock as it was: Release may be called again.
 func (lk *Lock) Release(ctx context.Context) error {
-	if lk.isReleased() {
+	if !lk.beginRelease() {
 		return ErrNotHeld
 	}
 	lk.stopKeeping()
@@ -215,6 +233,9 @@ func (lk *Lock) Release(ctx context.Context) error {
 		l.releaseLater(lk)
 		return fmt.Errorf("redislock: release %s goes on in the background: %w", quoteKey(lk.key), err)
 	case err != nil:
+		lk.mu.Lock()
+		lk.releasing = false // Release may be called again
+		lk.mu.Unlock()
 		return failed("release", lk.key, err)
 	}
 	lk.markReleased() // held or not, it is not ours any more
@@ -228,6 +249,28 @@ func (lk *Lock) Release(ctx context.Context) error {
 // takes to send a command again after a lost reply (a read timeout, 3 s by
 // default, and a backoff of at most 512 ms).
 const releaseMark = 10 * time.Second
+
+// beginRelease claims lk's release for the caller: false when lk is
+// released, or another Release of it is under way.
+func (lk *Lock) beginRelease() bool {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.released || lk.releasing {
+		return false
+	}
+	lk.releasing = true
+	return true
+}
+
+// markLost records that lk is known not to be held (a Refresh, TTL or
+// renewal found the key gone or owned by another): its lease ends now.
+func (lk *Lock) markLost() {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if now := time.Now(); lk.clock.until.After(now) {
+		lk.clock.until = now
+	}
+}
 
 // markReleased records that lk is released, or being released.
 func (lk *Lock) markReleased() {
@@ -264,9 +307,10 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return held, err
 	}, nil)
 	if err != nil {
-		return err
+		return failed("refresh", lk.key, err)
 	}
 	if !held {
+		lk.markLost()
 		return ErrNotHeld
 	}
 	lk.newGeneration(ttl)
@@ -283,9 +327,10 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		return runPTTL(ctx, lk.locker.client, lk.key, lk.token)
 	}, nil)
 	if err != nil {
-		return 0, err
+		return 0, failed("read the lease of", lk.key, err)
 	}
 	if left < 0 {
+		lk.markLost()
 		return 0, ErrNotHeld
 	}
 	return left, nil

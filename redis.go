@@ -19,6 +19,9 @@ import (
 // Redis call of this package goes through bounded so that its deadlines hold
 // whatever the client's options.
 //
+// f is always called, also when ctx has ended already (go-redis then sends
+// nothing and returns ctx's error), so that what f settles is settled.
+//
 // To do so, f runs in a goroutine of its own. When ctx ends first, bounded
 // returns ctx's error at once, marked as abandoned (see isAbandoned), and f
 // goes on until go-redis gives up on its own (ReadTimeout, retries); then
@@ -45,9 +48,6 @@ func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T
 		return f(ctx)
 	}
 	var zero T
-	if err := ctx.Err(); err != nil {
-		return zero, err
-	}
 	type result struct {
 		v   T
 		err error

@@ -105,7 +105,7 @@ local function handoff(quiet)
 				if fence >= 0 then
 					redis.call("SET", KEYS[1], token, "PX", lease)
 				end
-				if not (quiet and locker == ARGV[2]) then
+				if fence < 0 or not (quiet and locker == ARGV[2]) then
 					redis.call("PUBLISH", "` + wakePrefix + `" .. locker, fence .. " " .. lease .. " " .. token .. " " .. KEYS[1])
 				end
 				if fence >= 0 then
@@ -126,6 +126,10 @@ end
 //	ARGV[4] "1" to issue a fence, "0" not to
 //	ARGV[5] how long to keep a place in line, in ms; "0": a single attempt
 //	        that takes no place
+//	ARGV[6] "1" to take a place (a token's first attempt), "0" to renew
+//	        the place the token has: a place is taken once per token, so
+//	        that a place confirmed by a reply was taken before any hand-off
+//	        to its token (a hand-off removes the place for good)
 //	returns {1, fence} when the key holds the token now, with the lease
 //	        ARGV[3] from now: it was free with nobody in line, it was handed
 //	        to the token by an earlier script (the waiter had not heard yet),
@@ -134,6 +138,9 @@ end
 //	        {0, pttl} when another token holds the key: pttl is its
 //	        remaining lease in ms (-1: no expiry). With ARGV[5] > 0 the token
 //	        now has a place in line, kept ARGV[5] ms from now.
+//	        {-1, pttl} when the token was to renew its place, and has none:
+//	        the place lapsed, or the key was handed to it and that lease ran
+//	        out. The token must not be used again.
 //	        An error reply when the fence could not be issued: the key is then
 //	        not held by the token.
 var acquireScript = redis.NewScript(nowLua + fenceLua + placeLua + handoffLua + `
@@ -169,6 +176,9 @@ if not holder or holder == token then
 	return {1, fence}
 end
 if keep > 0 then
+	if ARGV[6] == "0" and redis.call("HEXISTS", KEYS[4], token) == 0 then
+		return {-1, redis.call("PTTL", KEYS[1])}
+	end
 	place(token, keep, ttl, fenced, ARGV[2])
 end
 return {0, redis.call("PTTL", KEYS[1])}`)
@@ -179,19 +189,21 @@ type attemptArgs struct {
 	ttl                time.Duration
 	fenced             bool
 	place              time.Duration // how long to keep a place; 0: a single attempt
+	renew              bool          // renew the token's place, do not take one
 }
 
 // attemptResult is the outcome of an acquireScript run.
 type attemptResult struct {
-	ours  bool
-	fence int64         // when ours
-	pttl  time.Duration // when not ours: the holder's remaining lease, < 0 if none
+	ours    bool
+	fence   int64         // when ours
+	pttl    time.Duration // when not ours: the holder's remaining lease, < 0 if none
+	noPlace bool          // a renewal found no place: the token is spent
 }
 
 // runAttempt runs acquireScript.
 func runAttempt(ctx context.Context, c redis.Scripter, a attemptArgs) (attemptResult, error) {
 	res, err := acquireScript.Run(ctx, c, scriptKeys(a.key),
-		a.token, a.locker, a.ttl.Milliseconds(), flag(a.fenced), a.place.Milliseconds()).Int64Slice()
+		a.token, a.locker, a.ttl.Milliseconds(), flag(a.fenced), a.place.Milliseconds(), flag(!a.renew)).Int64Slice()
 	if err != nil {
 		return attemptResult{}, err
 	}
@@ -201,7 +213,7 @@ func runAttempt(ctx context.Context, c redis.Scripter, a attemptArgs) (attemptRe
 	if res[0] == 1 {
 		return attemptResult{ours: true, fence: res[1]}, nil
 	}
-	return attemptResult{pttl: time.Duration(res[1]) * time.Millisecond}, nil
+	return attemptResult{pttl: time.Duration(res[1]) * time.Millisecond, noPlace: res[0] == -1}, nil
 }
 
 // releaseScript releases the lock or leaves the line, and hands the key to
