@@ -14,9 +14,6 @@ func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *opti
 	if l.lines.busy(key) {
 		return nil, fmt.Errorf("%w: %s: this Locker holds it or waits for it", ErrNotObtained, quoteKey(key))
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, failed("acquire", key, err)
-	}
 	a := attemptArgs{key: key, token: newToken(), locker: l.id, ttl: ttl, fenced: o.fencing}
 	start := time.Now()
 	res, err := bounded(ctx, l.direct, func(ctx context.Context) (attemptResult, error) {

@@ -12,19 +12,29 @@ import (
 // Errors returned by this package. Test for them with errors.Is: an error may
 // wrap several of them, and a context error (context.DeadlineExceeded,
 // context.Canceled) is kept alongside when that was the reason.
+//
+// An error that is none of these comes from Redis or the network: Redis
+// could not be reached, the client is closed, or Redis refused a command
+// (an error reply). It wraps go-redis's error and names the operation and
+// the key. The state of the lock is then unknown: do not treat it as "done
+// elsewhere"; retry with backoff, and alert if it lasts.
 var (
-	// ErrNotObtained is returned by Obtain, TryObtain and WithLock when the
-	// lock is held by someone else and could not be acquired before the
-	// acquire deadline (for TryObtain: on the single attempt). Retry later,
-	// wait longer (a longer ctx deadline or WithWait), or treat the work as
-	// being done elsewhere.
+	// ErrNotObtained is returned by Obtain, TryObtain and WithLock when
+	// another owner held the key until the acquire deadline (for TryObtain:
+	// at the single attempt, or others wait for the key). Redis answered:
+	// this is contention, not a failure. Retry later, wait longer (a longer
+	// ctx deadline or WithWait), or skip the work if another process doing
+	// it at the same time is enough (a lock only stops concurrent work; see
+	// the README on doing a job once).
 	ErrNotObtained = errors.New("redislock: lock not obtained")
 
 	// ErrNotHeld is returned by Release, Refresh and TTL when the lock is no
 	// longer held by this Lock: it was released, its lease expired, or another
 	// holder owns the key now. Nothing was changed in Redis. Work done under
 	// the lock since its last successful Refresh may have overlapped with
-	// another holder; use fencing tokens (WithFencing) where that matters.
+	// another holder: check what it wrote (fencing tokens, WithFencing, make
+	// that safe), and alert if it happens often (leases too short for the
+	// work, or pauses longer than the lease).
 	ErrNotHeld = errors.New("redislock: lock not held")
 
 	// ErrInvalidKey is returned when the lock key is empty. Nothing is sent to

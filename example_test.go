@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -170,4 +172,84 @@ func ExampleLock_Fence() {
 	// current holder: <nil>
 	// stale holder rejected: true
 	// value: 41
+}
+
+// Process an at-least-once message once. A lock only stops two consumers
+// from working on the message at the same time; a redelivery after the
+// work was done would take the free lock and do it again. So the work
+// leaves a done-marker, checked under the lock, and the lock is held for as
+// long as the work takes (WithLock keeps the lease alive). A consumer that
+// finds the lock taken leaves the message for now (it will be redelivered);
+// one that gets a Redis error must not acknowledge the message either.
+func ExampleLocker_WithLock_messageOnce() {
+	rdb, done := exampleClient()
+	defer done()
+	locker := redislock.New(rdb)
+	ctx := context.Background()
+
+	processed := 0
+	handle := func(msgID string) (ack bool) {
+		err := locker.WithLock(ctx, "msg:"+msgID, func(ctx context.Context) error {
+			if rdb.Exists(ctx, "done:"+msgID).Val() == 1 {
+				return nil // done before: a redelivery
+			}
+			processed++ // the work
+			return rdb.Set(ctx, "done:"+msgID, 1, 24*time.Hour).Err()
+		}, redislock.WithWait(0))
+		switch {
+		case errors.Is(err, redislock.ErrNotObtained):
+			return false // another consumer works on it now
+		case err != nil:
+			return false // Redis failed: the work may not be done
+		}
+		return true
+	}
+
+	fmt.Println(handle("m-1"), handle("m-1"), handle("m-2"))
+	fmt.Println("processed:", processed)
+	// Output:
+	// true true true
+	// processed: 2
+}
+
+// Refresh a third-party access token once, not once per instance. Every
+// instance that finds the token stale waits for the lock, and looks again
+// under it: the first refreshes, the others find the new token.
+func ExampleLocker_Obtain_tokenRefresh() {
+	rdb, done := exampleClient()
+	defer done()
+	locker := redislock.New(rdb)
+	ctx := context.Background()
+
+	var refreshes atomic.Int64
+	token := func() (string, error) {
+		if tok, err := rdb.Get(ctx, "api-token").Result(); err == nil {
+			return tok, nil // fresh
+		}
+		lock, err := locker.Obtain(ctx, "api-token:refresh", 10*time.Second)
+		if err != nil {
+			return "", err
+		}
+		defer lock.Release(ctx)
+		if tok, err := rdb.Get(ctx, "api-token").Result(); err == nil {
+			return tok, nil // refreshed while we waited
+		}
+		refreshes.Add(1)
+		tok := "token-1" // ask the third party for a new one here
+		return tok, rdb.Set(ctx, "api-token", tok, time.Hour).Err()
+	}
+
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := token(); err != nil {
+				panic(err)
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Println("refreshed", refreshes.Load(), "time(s)")
+	// Output: refreshed 1 time(s)
 }

@@ -47,10 +47,15 @@ import (
 //     holding the lock.
 //
 // The lease of a handed-over lock is measured from base: when the latest
-// command that confirmed the line's place was sent. That command ran before
-// the hand-off (the hand-off needs the place), and the hand-off set the lease
-// when it ran, so Until = base + lease is never later than Redis's expiry,
-// however late the announcement arrives. A waiter whose lease that leaves
+// command that confirmed the line's place was sent. A token takes a place
+// once (its first attempt); its later attempts only renew it, and a
+// hand-off removes it for good. So a reply that confirms the place comes
+// from a command that ran before any hand-off to the token, and the
+// hand-off set the lease when it ran: Until = base + lease is never later
+// than Redis's expiry, however late the announcement arrives. A renewal
+// that finds the place gone (it lapsed, or a hand-off to it went unheard
+// until its lease ran out) spends the token: the line takes a new place
+// with a new one, and a late announcement for the old one is ignored. A waiter whose lease that leaves
 // too short (less than half its ttl), or that wants another lease or a
 // fence than the place asked for (the first waiter of the line changed),
 // claims the lock before its Obtain returns: one refresh, the lease then

@@ -3,9 +3,13 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	mathrand "math/rand/v2"
+	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -453,4 +457,301 @@ func TestLine_DeadWaiterLosesItsPlace(t *testing.T) {
 	t.Logf("served %v after the release", waited)
 	assert.Less(t, waited, redislock.PlaceLease+deadTTL+timerSlack, "the dead waiter held up the line too long")
 	require.NoError(t, r.lock.Release(ctx))
+}
+
+// Mutual exclusion and the lease clock under abuse, in one process with 4
+// Lockers x 4 goroutines on one key: leases of 10-100 ms, waits of 1-150 ms
+// (so many give up), one lock in five left to expire with waiters in line,
+// and per variant: connections killed at random (CLIENT KILL, normal and
+// pub/sub), every command held back 0-8 ms before and after, fencing. It
+// specifies that two returned locks are never both within their Until, that
+// a returned lock's key holds its token with an expiry no earlier than
+// Until, that fences increase, and that no key of the line is left once
+// everyone stopped. 2 s per variant; -stress runs each for 30 s.
+func TestLine_StressMutualExclusion(t *testing.T) {
+	dur := 2 * time.Second
+	if *stress {
+		dur = 30 * time.Second
+	}
+	for _, v := range []struct {
+		name               string
+		kill, hooks, fence bool
+	}{{name: "plain"}, {name: "kills", kill: true}, {name: "slow commands", hooks: true}, {name: "fenced kills", kill: true, fence: true}} {
+		t.Run(v.name, func(t *testing.T) {
+			stressLine(t, dur, v.kill, v.hooks, v.fence)
+		})
+	}
+}
+
+// peek reads a key's value and remaining lease in one step.
+var peek = redis.NewScript(`return {redis.call("GET", KEYS[1]) or "", redis.call("PTTL", KEYS[1])}`)
+
+func stressLine(t *testing.T, dur time.Duration, kill, hooks, fenced bool) {
+	b := realBackend(t)
+	ctx := ctxT(t, dur+30*time.Second)
+	data, _ := b.client(t)
+	type holder struct {
+		lk    *redislock.Lock
+		until time.Time
+	}
+	var mu sync.Mutex
+	active := map[int]holder{}
+	var problems []string
+	problem := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(problems) < 20 {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+	}
+	var acquired, gaveUp atomic.Int64
+	var maxFence atomic.Int64
+	end := time.Now().Add(dur)
+	var wg sync.WaitGroup
+	for li := 0; li < 4; li++ {
+		c, _ := b.client(t, func(o *redis.Options) { o.ClientName = "stress" + strconv.Itoa(li) })
+		var opts []redislock.Option
+		if fenced {
+			opts = append(opts, redislock.WithFencing())
+		}
+		if hooks {
+			c.AddHook(hook{
+				before: func(redis.Cmder) { time.Sleep(time.Duration(mathrand.IntN(8)) * time.Millisecond) },
+				after:  func(redis.Cmder, error) { time.Sleep(time.Duration(mathrand.IntN(8)) * time.Millisecond) },
+			})
+		}
+		locker := redislock.New(c, opts...)
+		for wi := 0; wi < 4; wi++ {
+			id := li*4 + wi
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(end) {
+					ttl := time.Duration(10+mathrand.IntN(90)) * time.Millisecond
+					octx, cancel := context.WithTimeout(ctx, time.Duration(1+mathrand.IntN(150))*time.Millisecond)
+					lk, err := locker.Obtain(octx, "k", ttl)
+					cancel()
+					if err != nil {
+						if !kill && !errors.Is(err, redislock.ErrNotObtained) && !errors.Is(err, context.DeadlineExceeded) {
+							problem("unexpected error: %v", err)
+						}
+						gaveUp.Add(1)
+						continue
+					}
+					acquired.Add(1)
+					now, until := time.Now(), lk.Until()
+					if fenced {
+						if f := lk.Fence(); f <= maxFence.Load() {
+							problem("fence %d not above %d", f, maxFence.Load())
+						}
+						for f := lk.Fence(); ; {
+							m := maxFence.Load()
+							if f <= m || maxFence.CompareAndSwap(m, f) {
+								break
+							}
+						}
+					}
+					mu.Lock()
+					for other, h := range active {
+						if h.until.After(now) && until.After(now) {
+							mu.Unlock()
+							problem("overlap: %d until +%v and %d until +%v", id, until.Sub(now), other, h.until.Sub(now))
+							mu.Lock()
+						}
+					}
+					active[id] = holder{lk, until}
+					mu.Unlock()
+					if res, err := peek.Run(ctx, data, []string{"k"}).Slice(); err == nil {
+						at := time.Now()
+						v, _ := res[0].(string)
+						pttl, _ := res[1].(int64)
+						switch {
+						case v != lk.Token() && at.Before(until):
+							problem("not held: %d key %q, Until +%v", id, v, until.Sub(at))
+						case v == lk.Token() && until.After(at.Add(time.Duration(pttl+1)*time.Millisecond)):
+							problem("Until after the expiry: %d pttl %dms, Until +%v", id, pttl, until.Sub(at))
+						}
+					}
+					time.Sleep(time.Duration(mathrand.IntN(3000)) * time.Microsecond)
+					mu.Lock()
+					delete(active, id)
+					mu.Unlock()
+					if mathrand.IntN(5) > 0 {
+						_ = lk.Release(ctx)
+					}
+				}
+			}()
+		}
+	}
+	if kill {
+		admin, _ := b.client(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				time.Sleep(time.Duration(50+mathrand.IntN(200)) * time.Millisecond)
+				typ := []string{"normal", "pubsub"}[mathrand.IntN(2)]
+				_ = admin.ClientKillByFilter(ctx, "TYPE", typ, "SKIPME", "yes").Err()
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("acquired %d, gave up %d", acquired.Load(), gaveUp.Load())
+	for _, p := range problems {
+		t.Error(p)
+	}
+	require.Positive(t, acquired.Load())
+	// Nothing is left behind once everyone stopped: places lapse within a
+	// second, and the longest lease is 100 ms.
+	assert.Eventually(t, func() bool {
+		return data.Exists(ctx, "k", redislock.SideKey("k", "queue"), redislock.SideKey("k", "places")).Val() == 0
+	}, 3*time.Second, 50*time.Millisecond, "keys of the line left behind")
+}
+
+// A line that nobody waits in (it is kept for its hold, for passes) gives
+// up its place after a short while: a newcomer of the same Locker is in line
+// behind another process that came in between, not on the old place.
+func TestLine_IdlePlaceIsGivenUp(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 20*time.Second)
+	ac, _ := b.client(t)
+	bc, _ := b.client(t)
+	rdb, _ := b.client(t)
+	a := redislock.New(ac)
+	w1, err := a.Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	w2ch := obtainAsync(ctx, a, "k", time.Minute)
+	waitQueued(t, rdb, "k", 1)
+	bch := obtainAsync(ctx, redislock.New(bc), "k", time.Minute)
+	waitQueued(t, rdb, "k", 2)
+	require.NoError(t, w1.Release(ctx)) // passed to W2; A's place stays for a while
+	w2 := <-w2ch
+	require.NoError(t, w2.err)
+
+	time.Sleep(300 * time.Millisecond)
+	w3ch := obtainAsync(ctx, a, "k", time.Minute) // comes after B
+	waitQueued(t, rdb, "k", 2)
+	require.NoError(t, w2.lock.Release(ctx))
+	rb := <-bch
+	require.NoError(t, rb.err, "B, in line before W3, is served first")
+	select {
+	case r := <-w3ch:
+		t.Fatalf("W3 was served while B holds the key (err %v)", r.err)
+	default:
+	}
+	require.NoError(t, rb.lock.Release(ctx))
+	r := <-w3ch
+	require.NoError(t, r.err)
+	require.NoError(t, r.lock.Release(ctx))
+}
+
+// Obtains whose ctx is already done, racing Obtains of the same Locker on
+// the same key, never stall the line: every live Obtain gets the free key
+// at once.
+func TestLine_CancelledObtainsDoNotStall(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if lk, err := locker.Obtain(done, "k", time.Minute); err == nil {
+				t.Error("Obtain with a done ctx returned a lock")
+				_ = lk.Release(ctx)
+			}
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	for range 200 {
+		octx, c := context.WithTimeout(ctx, time.Second)
+		lk, err := locker.Obtain(octx, "k", time.Minute)
+		c()
+		require.NoError(t, err, "stalled on a free key")
+		require.NoError(t, lk.Release(ctx))
+	}
+}
+
+// A hand-off that the waiter does not hear of before its lease runs out
+// (its renewal's reply was lost, so it only asks again later) is never
+// granted after the fact: the waiter's Obtain returns a lock the key holds,
+// or waits on. With fencing, no lock returned later carries an older fence.
+func TestLine_StaleHandOffIsNotGranted(t *testing.T) {
+	for _, fenced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fenced=%v", fenced), func(t *testing.T) {
+			b := realBackend(t)
+			ctx := ctxT(t, 20*time.Second)
+			rdb, _ := b.client(t)
+			holder, err := redislock.New(rdb).Obtain(ctx, "k", time.Minute)
+			require.NoError(t, err)
+			opts := []redislock.Option{redislock.WithBackoff(500*time.Millisecond, 500*time.Millisecond)}
+			if fenced {
+				opts = append(opts, redislock.WithFencing())
+			}
+			// A's next renewal runs in Redis, but its reply is lost.
+			ac, _ := b.client(t)
+			var lose atomic.Bool
+			ac.AddHook(lostReply{lose: &lose, hash: redislock.AcquireScriptHash})
+			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			a := obtainAsync(actx, redislock.New(ac, opts...), "k", 100*time.Millisecond)
+			waitQueued(t, rdb, "k", 1)
+			bc, _ := b.client(t)
+			var bopts []redislock.Option
+			if fenced {
+				bopts = append(bopts, redislock.WithFencing())
+			}
+			bl := obtainAsync(ctx, redislock.New(bc, bopts...), "k", time.Minute)
+			waitQueued(t, rdb, "k", 2)
+			lose.Store(true)
+			require.Eventually(t, func() bool { return !lose.Load() }, 2*time.Second, time.Millisecond)
+			require.NoError(t, holder.Release(ctx)) // handed to A for 100 ms
+
+			rb := <-bl
+			require.NoError(t, rb.err)
+			r := <-a
+			if r.err == nil {
+				held := rdb.Get(ctx, "k").Val() == r.lock.Token()
+				assert.False(t, time.Now().Before(r.lock.Until()) && !held, "A returned a lock the key does not hold")
+				if fenced && r.at.After(rb.at) {
+					assert.Greater(t, r.lock.Fence(), rb.lock.Fence(), "a later lock with an older fence")
+				}
+			} else {
+				t.Logf("A did not get the key: %v", r.err)
+			}
+			_ = rb.lock.Release(ctx)
+		})
+	}
+}
+
+// lostReply is a go-redis hook that loses the reply of the next command
+// running the script hash once lose is set: Redis ran it, the caller sees
+// a reset connection.
+type lostReply struct {
+	lose *atomic.Bool
+	hash string
+}
+
+func (h lostReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h lostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if runs(cmd, h.hash) && h.lose.CompareAndSwap(true, false) {
+			return &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+		}
+		return err
+	}
+}
+func (h lostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

@@ -380,3 +380,88 @@ func BenchmarkObtainRelease(b *testing.B) {
 		}
 	}
 }
+
+// Two concurrent Releases of one lock, while an Obtain of the same Locker
+// waits: one of them releases (here: passes the lock on), the other returns
+// ErrNotHeld and does nothing, so the waiter holds what it was passed.
+func TestRelease_ConcurrentCallsReleaseOnce(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb)
+	for range 50 {
+		lk, err := locker.Obtain(ctx, "k", time.Minute)
+		require.NoError(t, err)
+		w := obtainAsync(ctx, locker, "k", time.Minute)
+		time.Sleep(2 * time.Millisecond) // the waiter lines up
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() { errs <- lk.Release(ctx) }()
+		}
+		e1, e2 := <-errs, <-errs
+		assert.True(t, (e1 == nil) != (e2 == nil), "one Release succeeds: %v, %v", e1, e2)
+		r := <-w
+		require.NoError(t, r.err)
+		assert.Equal(t, r.lock.Token(), rdb.Get(ctx, "k").Val(), "the waiter holds the key")
+		require.NoError(t, r.lock.Release(ctx))
+	}
+}
+
+// A lock its holder was told is lost (Refresh said ErrNotHeld) is not
+// passed on by Release: Release says ErrNotHeld, and the waiter of the same
+// Locker gets the key from Redis, really held.
+func TestRelease_LostLockIsNotPassed(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb)
+	lk, err := locker.Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	w := obtainAsync(ctx, locker, "k", time.Minute)
+	time.Sleep(5 * time.Millisecond)
+	require.NoError(t, rdb.Del(ctx, "k").Err()) // lost: a restart without persistence, say
+	require.ErrorIs(t, lk.Refresh(ctx, time.Minute), redislock.ErrNotHeld)
+	require.ErrorIs(t, lk.Release(ctx), redislock.ErrNotHeld)
+	r := <-w
+	require.NoError(t, r.err)
+	assert.Equal(t, r.lock.Token(), rdb.Get(ctx, "k").Val(), "the waiter holds the key")
+	require.NoError(t, r.lock.Release(ctx))
+}
+
+// A Release whose reply is lost after Redis ran it (go-redis sends it again,
+// and the second run finds the key gone) reports success: the release mark
+// tells the second run that the first released the lock.
+func TestRelease_LostReplyIsSuccess(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	proxy := faultproxy.New(t, b.addr)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()}) // go-redis retries
+	t.Cleanup(func() { _ = rdb.Close() })
+	direct, _ := b.client(t)
+	require.NoError(t, releaseScriptLoaded(ctx, rdb))
+	lk, err := redislock.New(rdb).Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	proxy.DropNextReply(faultproxy.MatchCommand("evalsha"))
+	require.NoError(t, lk.Release(ctx), "the release ran; its reply was lost")
+	assert.Equal(t, int64(0), direct.Exists(ctx, "k").Val())
+}
+
+// `defer lock.Release(ctx)` with a request ctx that has ended: the release
+// still happens, in the background, and the error says so; no lock is left
+// for its ttl.
+func TestRelease_DoneContextStillReleases(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		rdb, _ := b.client(t)
+		lk, err := redislock.New(rdb).Obtain(ctx, "k", time.Minute)
+		require.NoError(t, err)
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		err = lk.Release(done)
+		require.ErrorIs(t, err, context.Canceled)
+		assert.Contains(t, err.Error(), "background")
+		assert.Eventually(t, func() bool { return rdb.Exists(ctx, "k").Val() == 0 }, 5*time.Second, 10*time.Millisecond,
+			"the lock was left behind")
+		assert.ErrorIs(t, lk.Release(ctx), redislock.ErrNotHeld, "released once")
+	})
+}

@@ -75,19 +75,30 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 // the lease, not a bound on waiting.
 //
 // Waiting is fair and does not poll. Lockers (processes) take turns in the
-// order they started to wait, and the Obtains of one Locker in the order
-// they were called; a release hands the key to the next in line directly,
-// so nobody can take it in between: not a TryObtain, not a new Obtain, not
-// the releasing process calling Obtain again. A Locker holds a key for at
-// most 17 critical sections in a row while other processes wait (see the
-// README, "Waiting").
+// order of their places in the key's line in Redis, and the Obtains of one
+// Locker in the order they were called; a release hands the key to the next
+// in line directly, so nobody can take it in between: not a TryObtain, not
+// a new Obtain, not the releasing process calling Obtain again. Within its
+// turn a Locker passes the lock between its own Obtains without a round
+// trip, for a round of at most 17 critical sections and 10 ms: a waiter
+// waits for the round under way, then for one round of each Locker whose
+// place is ahead of its own (see the README, "Waiting").
 //
-// When the lock could not be acquired in time the error wraps ErrNotObtained
-// and, when the context ended the wait, ctx's error as well, so both
-// errors.Is(err, ErrNotObtained) and errors.Is(err, context.DeadlineExceeded)
-// hold. An invalid key, ttl or option returns ErrInvalidKey, ErrInvalidTTL or
-// ErrInvalidOption before anything is sent to Redis. ttl must be at least one
-// millisecond; it is truncated to whole milliseconds.
+// The lock returned has at least half of ttl left (Until): when the reply
+// came late, or the wait for a hand-off was long, Obtain renews the lease
+// before it returns.
+//
+// When another owner kept the key until the deadline, the error wraps
+// ErrNotObtained and ctx's error, so both errors.Is(err, ErrNotObtained)
+// and errors.Is(err, context.DeadlineExceeded) hold. When Redis failed
+// instead (it could not be reached, the client is closed, an error reply),
+// the error is not ErrNotObtained: it wraps go-redis's error, and ctx's
+// when the deadline ended a wait whose last attempt failed. Errors that
+// waiting cannot cure (a closed client, WRONGTYPE, a script error) end the
+// wait at once. A ctx already done returns its error at once. An invalid
+// key, ttl or option returns ErrInvalidKey, ErrInvalidTTL or
+// ErrInvalidOption before anything is sent to Redis. ttl must be at least
+// one millisecond; it is truncated to whole milliseconds.
 func (l *Locker) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	o := l.opts.apply(opts)
 	return l.obtain(ctx, key, ttl, &o)
@@ -96,8 +107,8 @@ func (l *Locker) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 // TryObtain makes a single attempt to acquire the lock on key for ttl. It
 // returns an error wrapping ErrNotObtained at once when another holder has
 // the lock, and also when others wait for it (in this Locker or in Redis's
-// line): it never takes a key out of turn. Its other errors are those of
-// Obtain.
+// line), or this Locker holds it: it never takes a key out of turn. Its
+// other errors are those of Obtain: a Redis failure is not ErrNotObtained.
 func (l *Locker) TryObtain(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	o := l.opts.apply(opts)
 	o.wait = 0
@@ -108,6 +119,9 @@ func (l *Locker) TryObtain(ctx context.Context, key string, ttl time.Duration, o
 func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, error) {
 	if err := l.check(key, ttl, o); err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, failed("acquire", key, err)
 	}
 	ttl = ttl.Truncate(time.Millisecond)
 	if o.wait == 0 {

@@ -18,9 +18,11 @@ import (
 //
 // It is one goroutine, run, started by Locker.subscribe when a line takes a
 // place in Redis; it returns, closing stopped in its defer, within
-// receivePoll of lines.retire saying it may. Nothing about it ever waits for
-// Redis in a caller's path: subscribing, receiving, redialing (go-redis
-// subscribes again by itself) and closing all happen in run.
+// receivePoll of lines.retire saying it may, or, while go-redis reconnects
+// it to a Redis that does not answer, once go-redis gives up (its dial and
+// read timeouts). Nothing about it ever waits for Redis in a caller's path:
+// subscribing, receiving, redialing (go-redis subscribes again by itself)
+// and closing all happen in run.
 type subscription struct {
 	locker  *Locker
 	ps      *redis.PubSub

@@ -22,8 +22,11 @@
 //
 //	go run ./examples/oversell
 //	go run ./examples/oversell -redis redis://127.0.0.1:6379
+//	go run ./examples/oversell -redis 'redis+sentinel://127.0.0.1:26379?master_name=mymaster'
+//	go run ./examples/oversell -redis redis+cluster://127.0.0.1:7000
 //
-// -redis defaults to $REDIS_URL. Other flags: -workers, -stock, -orders (per
+// -redis defaults to $REDIS_URL; the URL forms are those of
+// internal/redisurl (one node, Sentinel, Cluster). Other flags: -workers, -stock, -orders (per
 // worker) and -work (the time between reading and writing the stock). The
 // keys carry a random prefix, so runs sharing a Redis do not collide, and are
 // deleted at the end. The exit code is 1 if the locked run oversold.
@@ -48,6 +51,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed5e0b76d9/redislock"
+	"github.com/seed5e0b76d9/redislock/internal/redisurl"
 )
 
 // config describes one run of the sale.
@@ -104,17 +108,16 @@ func sale(ctx context.Context, url string, cfg config) error {
 		url = "redis://" + mr.Addr()
 		fmt.Println("redis: embedded miniredis (use -redis redis://127.0.0.1:6379 for a real one)")
 	}
-	opt, err := redis.ParseURL(url)
+	rdb, err := redisurl.NewClient(url)
 	if err != nil {
 		return err
 	}
-	if mr == nil {
-		fmt.Println("redis:", opt.Addr)
-	}
-	rdb := redis.NewClient(opt)
 	defer rdb.Close()
+	if mr == nil {
+		fmt.Println("redis:", url)
+	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis %s: %w", opt.Addr, err)
+		return fmt.Errorf("redis %s: %w", url, err)
 	}
 
 	prefix := "oversell:" + rand.Text()[:10] + ":" // unique per process

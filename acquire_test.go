@@ -1,0 +1,146 @@
+package redislock_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed5e0b76d9/redislock"
+)
+
+// "Busy" is not "broken": with Redis down (nothing listens on the port),
+// TryObtain returns the network error at once and Obtain returns at its
+// deadline with both the deadline and the network error in the chain;
+// neither is ErrNotObtained, so a caller never takes a dead Redis for
+// another owner.
+func TestAcquire_RedisDownIsNotContention(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	locker := redislock.New(rdb)
+
+	_, err = locker.TryObtain(context.Background(), "k", time.Second)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redislock.ErrNotObtained)
+	var opErr *net.OpError
+	assert.ErrorAs(t, err, &opErr, "the dial error is kept: %v", err)
+
+	// go-redis retries a failed dial for a while, so give the attempts
+	// time to fail.
+	const deadline = 2 * time.Second
+	took, err := timed(deadline, func(ctx context.Context) error {
+		_, err := locker.Obtain(ctx, "k", time.Second)
+		return err
+	})
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redislock.ErrNotObtained)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorAs(t, err, &opErr, "the dial error is kept beside the deadline: %v", err)
+	assert.Less(t, took, deadline+hangMargin)
+}
+
+// A closed client ends every call at once, even an Obtain without a
+// deadline, with go-redis's ErrClosed, not ErrNotObtained.
+func TestAcquire_ClosedClientReturnsAtOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		rdb, _ := b.client(t)
+		locker := redislock.New(rdb)
+		held, err := locker.Obtain(context.Background(), "held", time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, rdb.Close())
+		for name, call := range map[string]func() error{
+			"Obtain":    func() error { _, err := locker.Obtain(context.Background(), "k", time.Second); return err },
+			"TryObtain": func() error { _, err := locker.TryObtain(context.Background(), "k", time.Second); return err },
+			"WithLock": func() error {
+				return locker.WithLock(context.Background(), "k", func(context.Context) error { return nil })
+			},
+			"Refresh": func() error { return held.Refresh(context.Background(), time.Minute) },
+		} {
+			start := time.Now()
+			err := call()
+			assert.ErrorIs(t, err, redis.ErrClosed, name)
+			assert.NotErrorIs(t, err, redislock.ErrNotObtained, name)
+			assert.Less(t, time.Since(start), time.Second, "%s did not return at once", name)
+		}
+	})
+}
+
+// An error reply (the key holds a hash: WRONGTYPE) ends a wait at once with
+// that error, not ErrNotObtained, and writes nothing.
+func TestAcquire_ErrorReplyEndsTheWait(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		rdb, _ := b.client(t)
+		require.NoError(t, rdb.HSet(ctx, "k", "f", "v").Err())
+		start := time.Now()
+		_, err := redislock.New(rdb).Obtain(ctx, "k", time.Second)
+		require.Error(t, err)
+		assert.NotErrorIs(t, err, redislock.ErrNotObtained)
+		assert.Contains(t, err.Error(), "WRONGTYPE")
+		assert.Less(t, time.Since(start), time.Second, "waited on an error reply")
+		assert.Equal(t, "hash", rdb.Type(ctx, "k").Val())
+		assert.Empty(t, queued(t, rdb, "k"), "no place left in line")
+	})
+}
+
+// Error texts quote the key cut to a readable length: a 1 MiB key makes an
+// error of a few hundred bytes that still shows how long the key was.
+func TestAcquire_LongKeysAreCutInErrors(t *testing.T) {
+	b := miniBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	key := strings.Repeat("k", 1<<20)
+	_, err := redislock.New(rdb).TryObtain(ctx, key, time.Minute)
+	require.NoError(t, err)
+	_, err = redislock.New(rdb).TryObtain(ctx, key, time.Minute)
+	require.ErrorIs(t, err, redislock.ErrNotObtained)
+	assert.Less(t, len(err.Error()), 300, "error text of %d bytes", len(err.Error()))
+	assert.Contains(t, err.Error(), "(1048576 bytes)")
+}
+
+// An acquire whose reply comes back after a stall longer than its ttl (Redis
+// frozen after it received the command) returns a lock whose Until is in
+// the future, renewed before Obtain returned, or an error: never a lock
+// whose lease is already over.
+func TestAcquire_StallLongerThanTTL(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 20*time.Second)
+	rdb, _ := b.client(t)
+	require.NoError(t, releaseScriptLoaded(ctx, rdb))
+	const ttl = 200 * time.Millisecond
+	for name, call := range map[string]func(*redislock.Locker) (*redislock.Lock, error){
+		"Obtain":    func(l *redislock.Locker) (*redislock.Lock, error) { return l.Obtain(ctx, "k", ttl) },
+		"TryObtain": func(l *redislock.Locker) (*redislock.Lock, error) { return l.TryObtain(ctx, "k", ttl) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, _ := b.client(t)
+			frozen := false
+			c.AddHook(hook{before: func(cmd redis.Cmder) {
+				if !frozen && runs(cmd, redislock.AcquireScriptHash) {
+					frozen = true
+					b.srv.Freeze(t)
+					time.AfterFunc(2*ttl, func() { b.srv.Thaw(t) })
+				}
+			}})
+			lk, err := call(redislock.New(c))
+			if err != nil {
+				t.Logf("error: %v", err)
+				return
+			}
+			left := time.Until(lk.Until())
+			t.Logf("Until in %v", left)
+			assert.Greater(t, left, ttl/2, "returned with the lease (almost) over")
+			assert.Equal(t, lk.Token(), rdb.Get(ctx, "k").Val())
+			require.NoError(t, lk.Release(ctx))
+		})
+	}
+}
