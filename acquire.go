@@ -14,18 +14,18 @@ func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *opti
 	if l.lines.busy(key) {
 		return nil, fmt.Errorf("%w: %s: this Locker holds it or waits for it", ErrNotObtained, quoteKey(key))
 	}
-	a := attemptArgs{key: key, token: newToken(), locker: l.id, ttl: ttl, fenced: o.fencing}
+	a := attemptArgs{key: key, token: newToken(), locker: l.id, ttl: ttl, fenced: o.fencing, mode: o.mode}
 	start := time.Now()
 	res, err := bounded(ctx, l.direct, func(ctx context.Context) (attemptResult, error) {
 		return runAttempt(ctx, l.client, a)
 	}, func(res attemptResult, err error) {
 		if res.ours || (err != nil && !refused(err)) {
-			l.forget(context.Background(), key, a.token) // a late success: undo it
+			l.forget(context.Background(), key, a.token, o.mode) // a late success: undo it
 		}
 	})
 	switch {
 	case err == nil && res.ours:
-		lk := newLock(l, key, a.token, res.fence, ttl, start)
+		lk := newLock(l, key, a.token, o.mode, res.fence, ttl, start)
 		if time.Until(lk.Until()) >= ttl/2 {
 			return lk, nil
 		}
@@ -37,7 +37,7 @@ func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *opti
 		return nil, notObtained(key, nil)
 	case !refused(err) && !isAbandoned(err):
 		// The attempt may have run: if it took the key, give it back.
-		l.forget(ctx, key, a.token)
+		l.forget(ctx, key, a.token, o.mode)
 	}
 	return nil, failed("acquire", key, err)
 }
@@ -57,7 +57,7 @@ func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *op
 			if !errors.Is(err, errLeaseRanOut) {
 				return s.lock, err
 			}
-			ln = l.lines.rejoin(key, w)
+			ln = l.lines.rejoin(ln, w)
 			continue
 		case s.err != nil:
 			l.giveUp(ln, w)
@@ -107,7 +107,7 @@ func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bo
 		fence := fenced && lk.fence == 0
 		id, _ := lk.setting(ttl)
 		r, err := bounded(ctx, l.direct, func(ctx context.Context) (refreshResult, error) {
-			held, f, err := runRefresh(ctx, l.client, lk.key, lk.token, ttl, fence)
+			held, f, err := runRefresh(ctx, l.client, lk.key, lk.token, lk.mode, ttl, fence)
 			lk.settled(id, err == nil && held)
 			return refreshResult{held, f}, err
 		}, nil)
@@ -188,13 +188,13 @@ const (
 // forget deletes the key if it holds token (handing it on to the next in
 // line), ignoring the outcome: a lease that is left expires by itself. It
 // waits for that at most forgetWait, and not past the end of ctx.
-func (l *Locker) forget(ctx context.Context, key, token string) {
+func (l *Locker) forget(ctx context.Context, key, token string, m mode) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		fctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
 		defer cancel()
-		res, err := runRelease(fctx, l.client, releaseArgs{key: key, token: token, locker: l.id})
+		res, err := runRelease(fctx, l.client, releaseArgs{key: key, token: token, locker: l.id, mode: m})
 		l.lines.released(l, key, nil, res, err)
 	}()
 	t := time.NewTimer(forgetWait)

@@ -172,9 +172,10 @@ func TestFencedLostReply(t *testing.T) {
 
 // A fenced acquire is all or nothing: when the fence counter cannot be
 // incremented (it holds something else than an integer, or is at 2^63-1),
-// the acquire fails with Redis's error and leaves no key, whether it takes a
-// free key or is handed the key by a release. The waiter behind it gets the
-// key at once.
+// the acquire fails with an error (not ErrNotObtained) and leaves no key:
+// on a free key, when the counter breaks while the waiter is in line and
+// the key is handed to it, and when it is broken as the waiter lines up.
+// The waiter behind it gets the key at once.
 func TestFence_FailedIncrementLeavesNoKey(t *testing.T) {
 	for name, counter := range map[string]string{"not an integer": "abc", "at its maximum": "9223372036854775807"} {
 		t.Run(name, func(t *testing.T) {
@@ -187,26 +188,35 @@ func TestFence_FailedIncrementLeavesNoKey(t *testing.T) {
 
 				_, err := fenced.TryObtain(ctx, "k", time.Minute)
 				require.Error(t, err)
-				assert.NotErrorIs(t, err, context.DeadlineExceeded)
+				assert.NotErrorIs(t, err, redislock.ErrNotObtained)
 				assert.Equal(t, int64(0), rdb.Exists(ctx, "k").Val(), "a free key was taken without a fence")
 
-				// Handed over by a release: the fenced waiter is told, the
-				// unfenced one behind it gets the key.
 				held, err := redislock.New(rdb).Obtain(ctx, "k", time.Minute)
 				require.NoError(t, err)
+				_, err = fenced.Obtain(ctx, "k", time.Minute)
+				require.Error(t, err, "a fenced waiter lines up with a broken counter")
+				assert.NotErrorIs(t, err, redislock.ErrNotObtained)
+				assert.Empty(t, queued(t, rdb, "k"), "it took no place")
+
+				// The counter breaks while the fenced waiter is in line: the
+				// release drops its place and tells it; the unfenced waiter
+				// behind it gets the key.
+				require.NoError(t, rdb.Del(ctx, fenceKey).Err())
 				c2, _ := b.client(t)
 				first := obtainAsync(ctx, redislock.New(c2, redislock.WithFencing(), slowPolling), "k", time.Minute)
 				waitQueued(t, rdb, "k", 1)
 				c3, _ := b.client(t)
 				second := obtainAsync(ctx, redislock.New(c3, slowPolling), "k", time.Minute)
 				waitQueued(t, rdb, "k", 2)
+				require.NoError(t, rdb.Set(ctx, fenceKey, counter, 0).Err())
 				require.NoError(t, held.Release(ctx))
-				r := <-first
-				require.Error(t, r.err)
-				assert.Nil(t, r.lock)
 				s := <-second
 				require.NoError(t, s.err)
 				assert.Equal(t, s.lock.Token(), rdb.Get(ctx, "k").Val())
+				r := <-first
+				require.Error(t, r.err)
+				assert.NotErrorIs(t, r.err, redislock.ErrNotObtained)
+				assert.Nil(t, r.lock)
 				require.NoError(t, s.lock.Release(ctx))
 				assert.Equal(t, counter, rdb.Get(ctx, fenceKey).Val(), "the counter is untouched")
 			})

@@ -76,11 +76,14 @@ func margin(ttl, safety time.Duration) time.Duration {
 // (it is cancelled). The leases of a Locker are renewed by one goroutine,
 // which runs while the Locker keeps a lease, in pipelines per Redis node.
 func (lk *Lock) KeepAlive(ctx context.Context) context.Context {
+	if lk.joined != nil {
+		return lk.keepJoined(ctx)
+	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	r := &renewal{lk: lk, ctx: cctx, cancel: cancel}
 	lctx := leaseContext{Context: cctx, r: r}
 	lk.mu.Lock()
-	if lk.released {
+	if lk.released || lk.ended {
 		lk.mu.Unlock()
 		cancel(ErrNotHeld)
 		return lctx
@@ -375,11 +378,12 @@ func (l *Locker) refreshAll(ctx context.Context, batch []*renewal, ttls []time.D
 	run := func(idx []int, sha bool) error {
 		_, err := l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range idx {
-				keys, args := refreshKeys(batch[i].lk.key), refreshArgv(batch[i].lk.token, ttls[i], false)
+				lk := batch[i].lk
+				script, keys, args := refreshCall(lk.key, lk.token, lk.mode, ttls[i], false)
 				if sha {
-					cmds[i] = refreshScript.EvalSha(ctx, p, keys, args...)
+					cmds[i] = script.EvalSha(ctx, p, keys, args...)
 				} else {
-					cmds[i] = refreshScript.Eval(ctx, p, keys, args...)
+					cmds[i] = script.Eval(ctx, p, keys, args...)
 				}
 			}
 			return nil

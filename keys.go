@@ -8,9 +8,11 @@ import (
 
 // The kinds of data this package keeps beside a lock key (see sideKey).
 const (
-	fenceKind  = "fence"  // the fence counter (see WithFencing)
-	queueKind  = "queue"  // the tokens of the places in line, oldest first
-	placesKind = "places" // each place's deadline, lease and Locker
+	fenceKind   = "fence"   // the fence counter (see WithFencing)
+	queueKind   = "queue"   // the tokens of the places in line, oldest first
+	placesKind  = "places"  // each place's deadline, lease and Locker
+	readersKind = "readers" // the shared holders of a read-write lock
+	limitKind   = "limit"   // a semaphore's number of permits
 
 	// releasedKind, followed by ":" and a token, is the release mark of the
 	// lock of that token (see releaseScript).

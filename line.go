@@ -87,10 +87,11 @@ var errFenceNotIssued = errors.New("the fence counter could not be incremented (
 // every waiter's outcome and the subscription. Lock order: lines.mu before
 // any Lock.mu, never after.
 type lines struct {
-	mu    sync.Mutex
-	byKey map[string]*line
-	sub   *subscription // started when a line takes a place; retires when idle
-	idle  time.Time     // since when nobody waits, as the subscription saw
+	mu      sync.Mutex
+	byKey   map[string]*line // the lines of exclusive waiters
+	byToken map[string]*line // the lines of one shared or permit waiter each
+	sub     *subscription    // started when a line takes a place; retires when idle
+	idle    time.Time        // since when nobody waits, as the subscription saw
 }
 
 // placeState is what a line knows of its place in Redis.
@@ -106,6 +107,8 @@ const (
 // It lives while it has waiters, or a hold that it may pass on.
 type line struct {
 	key     string
+	mode    mode      // the mode its waiters want the key in
+	own     bool      // a line of one shared or permit waiter (see lines.join)
 	waiters []*waiter // first in line first
 	token   string    // the line's place, and the key's value once handed to it
 
@@ -149,17 +152,24 @@ func (w *waiter) poke() {
 	}
 }
 
-// join puts a waiter for key at the end of its line. A line that nobody
-// waited in for passSlice (it was kept for its hold) gives up its place
-// first: a waiter that comes back later is in line behind those that came
-// meanwhile.
+// join puts a waiter for key at the end of its line. Exclusive waiters of
+// a Locker share a line per key; a shared or permit waiter has a line of
+// its own, since each holder has its own token in Redis (and passes are
+// only between exclusive waiters). A line that nobody waited in for
+// passSlice (it was kept for its hold) gives up its place first: a waiter
+// that comes back later is in line behind those that came meanwhile.
 func (ls *lines) join(l *Locker, key string, ttl time.Duration, o *options) (*line, *waiter) {
 	w := &waiter{ttl: ttl, fenced: o.fencing, wake: make(chan struct{}, 1), poll: o.minBackoff}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	if !o.mode.exclusive() {
+		ln := ls.ownLine(key, o.mode)
+		ln.waiters = append(ln.waiters, w)
+		return ln, w
+	}
 	ln := ls.lineFor(key)
 	if len(ln.waiters) == 0 && ln.place != noPlace && ln.inflight == 0 && time.Since(ln.idle) > passSlice {
-		go l.leave(key, ln.token)
+		go l.leave(key, ln.token, ln.mode)
 		ls.renewToken(ln)
 	}
 	ln.idle = time.Time{}
@@ -167,13 +177,24 @@ func (ls *lines) join(l *Locker, key string, ttl time.Duration, o *options) (*li
 	return ln, w
 }
 
+// ownLine makes the line of one shared or permit waiter.
+func (ls *lines) ownLine(key string, m mode) *line {
+	ln := &line{key: key, mode: m, own: true, lastErr: errNoAnswer}
+	ls.renewToken(ln)
+	return ln
+}
+
 // rejoin puts w, whose lock was lost before it could claim it, back at the
-// front of key's line.
-func (ls *lines) rejoin(key string, w *waiter) *line {
+// front of its line (a new line, for a shared or permit waiter).
+func (ls *lines) rejoin(ln *line, w *waiter) *line {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	w.lock, w.claim = nil, false
-	ln := ls.lineFor(key)
+	if ln.own {
+		ln = ls.ownLine(ln.key, ln.mode)
+	} else {
+		ln = ls.lineFor(ln.key)
+	}
 	ln.waiters = append([]*waiter{w}, ln.waiters...)
 	return ln
 }
@@ -185,7 +206,8 @@ func (ls *lines) lineFor(key string) *line {
 		if ls.byKey == nil {
 			ls.byKey = make(map[string]*line)
 		}
-		ln = &line{key: key, token: newToken(), lastErr: errNoAnswer}
+		ln = &line{key: key, lastErr: errNoAnswer}
+		ls.renewToken(ln)
 		ls.byKey[key] = ln
 	}
 	return ln
@@ -254,7 +276,7 @@ func (ls *lines) next(l *Locker, ln *line, w *waiter) step {
 	}
 	ln.inflight++
 	ln.check = false
-	a := &attemptArgs{key: ln.key, token: ln.token, locker: l.id, ttl: w.ttl, fenced: w.fenced, place: placeLease, renew: ln.joined}
+	a := &attemptArgs{key: ln.key, token: ln.token, locker: l.id, ttl: w.ttl, fenced: w.fenced, mode: ln.mode, place: placeLease, renew: ln.joined}
 	ln.joined = true
 	return step{attempt: a}
 }
@@ -268,7 +290,7 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 	switch {
 	case err == nil && res.ours:
 		ln.handed = nil
-		ls.grant(ln, newLock(l, ln.key, a.token, res.fence, a.ttl, start))
+		ls.grant(ln, newLock(l, ln.key, a.token, ln.mode, res.fence, a.ttl, start))
 	case err == nil && res.noPlace:
 		// The place lapsed, or a hand-off to it went unheard and its lease
 		// ran out: the token is spent. Take a new place with a new one.
@@ -324,6 +346,13 @@ func (ls *lines) grant(ln *line, lk *Lock) {
 
 // renewToken gives ln a new token, with no place yet.
 func (ls *lines) renewToken(ln *line) {
+	if ln.own {
+		if ls.byToken == nil {
+			ls.byToken = make(map[string]*line)
+		}
+		delete(ls.byToken, ln.token)
+		defer func() { ls.byToken[ln.token] = ln }()
+	}
 	ln.token, ln.place, ln.joined, ln.check, ln.handed, ln.holdEnd = newToken(), noPlace, false, false, nil, time.Time{}
 }
 
@@ -341,14 +370,14 @@ func (ls *lines) settle(l *Locker, ln *line) {
 			ln.waiters[0].fail(errFenceNotIssued)
 		default:
 			ln.handed = nil
-			ls.grant(ln, newLock(l, ln.key, ln.token, h.fence, h.lease, ln.base))
+			ls.grant(ln, newLock(l, ln.key, ln.token, ln.mode, h.fence, h.lease, ln.base))
 		}
 	}
 	if len(ln.waiters) > 0 {
 		ln.waiters[0].poke()
 		return
 	}
-	if !ln.detached && ln.handed == nil && holding(ln) {
+	if !ln.detached && !ln.own && ln.handed == nil && holding(ln) {
 		if ln.idle.IsZero() {
 			ln.idle = time.Now()
 		}
@@ -390,6 +419,9 @@ func (ls *lines) detach(ln *line) {
 	}
 	if ls.byKey[ln.key] == ln {
 		delete(ls.byKey, ln.key)
+	}
+	if ls.byToken[ln.token] == ln {
+		delete(ls.byToken, ln.token)
 	}
 }
 
@@ -439,7 +471,7 @@ func (ls *lines) pass(lk *Lock) bool {
 		return false
 	}
 	lk.released = true
-	next := &Lock{locker: lk.locker, key: lk.key, token: lk.token, clock: leaseClock{until: lk.clock.until, ttl: w.ttl}}
+	next := &Lock{locker: lk.locker, key: lk.key, token: lk.token, holds: 1, clock: leaseClock{until: lk.clock.until, ttl: w.ttl}}
 	ln.waiters = ln.waiters[1:]
 	w.lock = next
 	w.poke()
@@ -473,17 +505,14 @@ func (ls *lines) releasing(lk *Lock) (ln *line, leave string) {
 }
 
 // released settles a release: the place it gave up for ln (when leave), and
-// the hand-off it made.
+// the hand-offs it made to lines of this Locker.
 func (ls *lines) released(l *Locker, key string, ln *line, res releaseResult, err error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if err == nil && res.to != "" {
-		if to := ls.byKey[key]; to != nil && to.token == res.to {
-			h := res.handoff
-			to.handed = &h
-			ls.settle(l, to)
+	if err == nil {
+		for _, h := range res.handed {
+			ls.handedTo(l, key, h)
 		}
-		// else: not ours, or a line that left: its clean-up passes it on
 	}
 	if ln != nil {
 		ln.inflight--
@@ -496,9 +525,25 @@ func (ls *lines) released(l *Locker, key string, ln *line, res releaseResult, er
 	}
 }
 
+// handedTo records a hand-off of key to h.token, if that is the token of one
+// of our lines; else it is not ours, or of a line that left: its clean-up
+// passes it on.
+func (ls *lines) handedTo(l *Locker, key string, h handoff) {
+	ln := ls.byKey[key]
+	if ln == nil || ln.token != h.token {
+		if ln = ls.byToken[h.token]; ln == nil || ln.key != key {
+			return
+		}
+	}
+	ln.handed = &h
+	ls.settle(l, ln)
+}
+
 // heard is called by the subscription for an announced hand-off.
-func (ls *lines) heard(l *Locker, key, token string, h handoff) {
-	ls.released(l, key, nil, releaseResult{to: token, handoff: h}, nil)
+func (ls *lines) heard(l *Locker, key string, h handoff) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.handedTo(l, key, h)
 }
 
 // armed is called by the subscription when it is confirmed (on) or lost
@@ -507,12 +552,14 @@ func (ls *lines) heard(l *Locker, key, token string, h handoff) {
 func (ls *lines) armed(on bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	for _, ln := range ls.byKey {
-		if on && ln.place != noPlace {
-			ln.check = true
-		}
-		if len(ln.waiters) > 0 {
-			ln.waiters[0].poke()
+	for _, m := range []map[string]*line{ls.byKey, ls.byToken} {
+		for _, ln := range m {
+			if on && ln.place != noPlace {
+				ln.check = true
+			}
+			if len(ln.waiters) > 0 {
+				ln.waiters[0].poke()
+			}
 		}
 	}
 }
@@ -528,6 +575,10 @@ func (ls *lines) retire(s *subscription, linger time.Duration) bool {
 			return false
 		}
 	}
+	if len(ls.byToken) > 0 {
+		ls.idle = time.Time{}
+		return false
+	}
 	if ls.idle.IsZero() {
 		ls.idle = time.Now()
 	}
@@ -542,17 +593,17 @@ func (ls *lines) retire(s *subscription, linger time.Duration) bool {
 
 // leave takes token, a place of key's line that the line gave up, out of
 // the queue (or releases the key if it was handed to it, which hands it on).
-func (l *Locker) leave(key, token string) {
+func (l *Locker) leave(key, token string, m mode) {
 	ctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
 	defer cancel()
-	res, err := runRelease(ctx, l.client, releaseArgs{key: key, token: token, locker: l.id})
+	res, err := runRelease(ctx, l.client, releaseArgs{key: key, token: token, locker: l.id, mode: m})
 	l.lines.released(l, key, nil, res, err)
 }
 
 // cleanUp takes a detached line out of Redis: it leaves the queue, or
 // releases the key if it was handed to the line, which hands it on.
 func (l *Locker) cleanUp(ln *line) {
-	l.leave(ln.key, ln.token)
+	l.leave(ln.key, ln.token, ln.mode)
 	l.lines.mu.Lock()
 	ln.inflight-- // whatever happened: a place left lapses, a key left expires
 	l.lines.mu.Unlock()

@@ -17,19 +17,24 @@ type Lock struct {
 	locker *Locker
 	key    string
 	token  string
+	mode   mode
 	fence  int64
 
-	mu        sync.Mutex
+	joined *Lock // the acquisition this handle joined (see reentrant.go), or nil
+
+	mu        sync.Mutex // of the acquisition guards all but the constant fields above
 	clock     leaseClock // the lease as known locally
-	releasing bool       // a Release is under way
+	holds     int        // live handles of the acquisition, itself included
+	ended     bool       // Release was called on this handle
+	releasing bool       // a release of the acquisition is under way
 	released  bool       // released (or passed on): the lock is gone for good
 	renewal   *renewal   // set while KeepAlive renews the lease
 }
 
-// newLock returns the lock on key held by token since a command sent at
-// start set its lease to ttl.
-func newLock(l *Locker, key, token string, fence int64, ttl time.Duration, start time.Time) *Lock {
-	return &Lock{locker: l, key: key, token: token, fence: fence, clock: leaseClock{until: start.Add(ttl), ttl: ttl}}
+// newLock returns the lock on key held by token in mode since a command
+// sent at start set its lease to ttl.
+func newLock(l *Locker, key, token string, m mode, fence int64, ttl time.Duration, start time.Time) *Lock {
+	return &Lock{locker: l, key: key, token: token, mode: m, fence: fence, holds: 1, clock: leaseClock{until: start.Add(ttl), ttl: ttl}}
 }
 
 // A leaseClock is the end of a lock's lease as this process knows it, on
@@ -178,9 +183,10 @@ func (lk *Lock) Token() string { return lk.token }
 // machines aside). The lock is certainly not held after Until unless
 // refreshed in time.
 func (lk *Lock) Until() time.Time {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	return lk.clock.until
+	a := lk.acquisition()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.clock.until
 }
 
 // Release releases the lock: it deletes the key if it still holds this
@@ -203,6 +209,22 @@ func (lk *Lock) Until() time.Time {
 // that no lock is left behind. Other errors come from Redis, and leave the
 // lock as it was: Release may be called again.
 func (lk *Lock) Release(ctx context.Context) error {
+	a, last, ok := lk.endHandle()
+	if !ok {
+		return ErrNotHeld
+	}
+	if !last {
+		return nil // another handle holds it still (see reentrant.go)
+	}
+	err := a.end(ctx)
+	if err != nil && !errors.Is(err, ErrNotHeld) && !a.isReleased() {
+		lk.reopenHandle()
+	}
+	return err
+}
+
+// end releases the acquisition lk, whose last handle ended.
+func (lk *Lock) end(ctx context.Context) error {
 	if !lk.beginRelease() {
 		return ErrNotHeld
 	}
@@ -218,7 +240,7 @@ func (lk *Lock) Release(ctx context.Context) error {
 	}
 	ln, leave := l.lines.releasing(lk)
 	res, err := detached(ctx, l.direct, forgetTimeout, func(ctx context.Context) (releaseResult, error) {
-		res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, leave: leave, mark: releaseMark})
+		res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, mode: lk.mode, leave: leave, mark: releaseMark})
 		l.lines.released(l, lk.key, ln, res, err)
 		return res, err
 	})
@@ -285,7 +307,7 @@ func (lk *Lock) markReleased() {
 func (lk *Lock) release(ctx context.Context) {
 	l := lk.locker
 	ln, leave := l.lines.releasing(lk)
-	res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, leave: leave, mark: releaseMark})
+	res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, mode: lk.mode, leave: leave, mark: releaseMark})
 	l.lines.released(l, lk.key, ln, res, err)
 }
 
@@ -296,13 +318,14 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return fmt.Errorf("%w (got %v)", ErrInvalidTTL, ttl)
 	}
-	if lk.isReleased() {
+	if lk.handleEnded() {
 		return ErrNotHeld
 	}
+	lk = lk.acquisition()
 	ttl = ttl.Truncate(time.Millisecond)
 	id, _ := lk.setting(ttl)
 	held, err := bounded(ctx, lk.locker.direct, func(ctx context.Context) (bool, error) {
-		held, _, err := runRefresh(ctx, lk.locker.client, lk.key, lk.token, ttl, false)
+		held, _, err := runRefresh(ctx, lk.locker.client, lk.key, lk.token, lk.mode, ttl, false)
 		lk.settled(id, err == nil && held)
 		return held, err
 	}, nil)
@@ -320,11 +343,12 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // TTL returns the remaining lease as Redis sees it, or ErrNotHeld when the
 // lock is no longer held.
 func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
-	if lk.isReleased() {
+	if lk.handleEnded() {
 		return 0, ErrNotHeld
 	}
+	lk = lk.acquisition()
 	left, err := bounded(ctx, lk.locker.direct, func(ctx context.Context) (time.Duration, error) {
-		return runPTTL(ctx, lk.locker.client, lk.key, lk.token)
+		return runPTTL(ctx, lk.locker.client, lk.key, lk.token, lk.mode)
 	}, nil)
 	if err != nil {
 		return 0, failed("read the lease of", lk.key, err)

@@ -123,6 +123,9 @@ func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *o
 	if err := ctx.Err(); err != nil {
 		return nil, failed("acquire", key, err)
 	}
+	if lk, err := l.join(ctx, key, o.mode); lk != nil || err != nil {
+		return lk, err
+	}
 	ttl = ttl.Truncate(time.Millisecond)
 	if o.wait == 0 {
 		return l.try(ctx, key, ttl, o)
@@ -156,7 +159,7 @@ func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.C
 	if err != nil {
 		return err
 	}
-	lctx := lk.KeepAlive(ctx)
+	lctx := lk.Context(lk.KeepAlive(ctx))
 	defer func() {
 		lost := errors.Is(context.Cause(lctx), ErrLockLost)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)

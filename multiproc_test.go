@@ -1,6 +1,7 @@
 package redislock_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -41,6 +42,7 @@ const (
 	mpWorkersEnv = "REDISLOCK_MP_WORKERS" // goroutines per child
 	mpSleepEnv   = "REDISLOCK_MP_SLEEP"   // extra time in each critical section
 	mpLockEnv    = "REDISLOCK_MP_LOCK"    // "false": no lock (the harness's self-check)
+	mpPermitsEnv = "REDISLOCK_MP_PERMITS" // > 0: take permits of a semaphore instead of a lock
 )
 
 const (
@@ -102,10 +104,29 @@ type mpConfig struct {
 	target         int64         // or once the counter reaches this
 	sleep          time.Duration // extra time in each critical section
 	lock           bool          // take the lock (false: the harness's self-check)
+	permits        int           // > 0: take permits of a semaphore of this many
 }
 
 type mpResult struct {
 	sections, counter, overlaps int64
+	concurrent                  int // the most critical sections at once
+}
+
+// TestMultiProcessSemaphore runs the harness of
+// TestMultiProcessMutualExclusion with permits of a semaphore of 3 instead of
+// a lock: across 4 processes of 4 goroutines, never more than 3 critical
+// sections at once (the intervals are checked), and 3 at once is reached.
+func TestMultiProcessSemaphore(t *testing.T) {
+	if os.Getenv(mpChildEnv) != "" {
+		mpChild(t)
+		return
+	}
+	r := runMP(t, mpConfig{procs: 4, workers: 4, run: 2 * time.Second, target: math.MaxInt64, sleep: 2 * time.Millisecond, lock: true, permits: 3})
+	require.False(t, t.Failed())
+	assert.Greater(t, r.sections, int64(100), "too few critical sections to prove anything")
+	assert.LessOrEqual(t, r.concurrent, 3, "more holders than permits")
+	assert.Equal(t, 3, r.concurrent, "the permits were never all used at once")
+	assert.Equal(t, r.sections, r.counter, "the counter counts the critical sections")
 }
 
 // runMP runs cfg.procs children of the calling test and checks their
@@ -136,6 +157,7 @@ func runMP(t *testing.T, cfg mpConfig) mpResult {
 			mpWorkersEnv+"="+strconv.Itoa(cfg.workers),
 			mpSleepEnv+"="+cfg.sleep.String(),
 			mpLockEnv+"="+strconv.FormatBool(cfg.lock),
+			mpPermitsEnv+"="+strconv.Itoa(cfg.permits),
 		)
 		c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
 		require.NoError(t, c.cmd.Start())
@@ -172,19 +194,44 @@ func runMP(t *testing.T, cfg mpConfig) mpResult {
 	r.counter, err = direct.Get(ctxT(t, 5*time.Second), mpCounter).Int64()
 	require.NoError(t, err)
 
+	r.concurrent = mostAtOnce(all)
 	slices.SortFunc(all, func(a, b [2]int64) int { return cmpInt64(a[0], b[0]) })
 	for i, iv := range all {
 		if iv[1] < iv[0] {
 			t.Errorf("interval %d ends before it starts: %v", i, iv)
 		}
 		if i > 0 && iv[0] < all[i-1][1] {
-			if r.overlaps++; r.overlaps <= 10 && cfg.lock {
+			if r.overlaps++; r.overlaps <= 10 && cfg.lock && cfg.permits == 0 {
 				t.Errorf("critical sections overlap by %v: [%d, %d] and [%d, %d]",
 					time.Duration(all[i-1][1]-iv[0]), all[i-1][0], all[i-1][1], iv[0], iv[1])
 			}
 		}
 	}
 	return r
+}
+
+// mostAtOnce returns the most intervals that overlap at one instant.
+func mostAtOnce(intervals [][2]int64) int {
+	type event struct {
+		at    int64
+		delta int
+	}
+	var events []event
+	for _, iv := range intervals {
+		events = append(events, event{iv[0], 1}, event{iv[1], -1})
+	}
+	slices.SortFunc(events, func(a, b event) int {
+		if c := cmpInt64(a.at, b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta // an end before a start at the same instant
+	})
+	most, now := 0, 0
+	for _, e := range events {
+		now += e.delta
+		most = max(most, now)
+	}
+	return most
 }
 
 func cmpInt64(a, b int64) int {
@@ -210,6 +257,10 @@ func mpChild(t *testing.T) {
 	sleep, err := time.ParseDuration(os.Getenv(mpSleepEnv))
 	require.NoError(t, err)
 	lock := os.Getenv(mpLockEnv) != "false"
+	var opts []redislock.Option
+	if n := env(mpPermitsEnv); n > 0 {
+		opts = append(opts, redislock.WithPermits(int(n)))
+	}
 
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(mpAddrEnv)})
 	defer rdb.Close()
@@ -235,7 +286,7 @@ func mpChild(t *testing.T) {
 				var lk *redislock.Lock
 				if lock {
 					var err error
-					if lk, err = locker.Obtain(ctx, mpKey, mpTTL); err != nil {
+					if lk, err = locker.Obtain(ctx, mpKey, mpTTL, opts...); err != nil {
 						if ctx.Err() == nil {
 							t.Errorf("Obtain: %v", err)
 						}
@@ -249,6 +300,19 @@ func mpChild(t *testing.T) {
 					return lk.Release(bg)
 				}
 				start := time.Now().UnixNano()
+				if len(opts) > 0 { // permits: critical sections overlap; count them atomically
+					time.Sleep(sleep)
+					if err := rdb.Incr(bg, mpCounter).Err(); err != nil {
+						t.Errorf("INCR: %v", err)
+						return
+					}
+					mine = append(mine, [2]int64{start, time.Now().UnixNano()})
+					if err := release(); err != nil {
+						t.Errorf("Release: %v", err)
+						return
+					}
+					continue
+				}
 				n, err := rdb.Get(bg, mpCounter).Int64()
 				if errors.Is(err, redis.Nil) {
 					n, err = 0, nil
@@ -287,4 +351,55 @@ func mpChild(t *testing.T) {
 	}
 	require.NoError(t, os.WriteFile(os.Getenv(mpOutEnv), buf, 0o644))
 	fmt.Printf("child %s: %d critical sections\n", os.Getenv(mpChildEnv), len(intervals))
+}
+
+// holderEnv tells a child process of killedHolder what to hold:
+// "<addr> <key> <ttl> <mode>", mode "x", "shared" or a number of permits.
+const holderEnv = "REDISLOCK_HOLDER"
+
+// killedHolder starts a child process (this test binary) that obtains key
+// on the Redis at addr for ttl in mode, and kills it with SIGKILL once it
+// holds the key, as a holder that crashes. It returns when it killed it.
+func killedHolder(t *testing.T, addr, key string, ttl time.Duration, mode string) time.Time {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHolder$", "-test.count=1")
+	cmd.Env = append(os.Environ(), holderEnv+"="+addr+" "+key+" "+ttl.String()+" "+mode)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err, "the holder did not start")
+	require.Equal(t, "held\n", line)
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	return time.Now()
+}
+
+// TestHelperHolder is the child process of killedHolder; it does nothing in
+// a normal run.
+func TestHelperHolder(t *testing.T) {
+	spec := os.Getenv(holderEnv)
+	if spec == "" {
+		t.Skip("a child process of killedHolder")
+	}
+	var addr, key, ttlText, mode string
+	_, err := fmt.Sscan(spec, &addr, &key, &ttlText, &mode)
+	require.NoError(t, err)
+	ttl, err := time.ParseDuration(ttlText)
+	require.NoError(t, err)
+	var opts []redislock.Option
+	switch mode {
+	case "x":
+	case "shared":
+		opts = append(opts, redislock.WithShared())
+	default:
+		n, err := strconv.Atoi(mode)
+		require.NoError(t, err)
+		opts = append(opts, redislock.WithPermits(n))
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	_, err = redislock.New(rdb).Obtain(context.Background(), key, ttl, opts...)
+	require.NoError(t, err)
+	fmt.Println("held")
+	select {} // until killed
 }

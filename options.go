@@ -19,6 +19,7 @@ type options struct {
 	minBackoff time.Duration // first retry delay of Obtain
 	maxBackoff time.Duration // largest retry delay of Obtain
 	fencing    bool          // issue fencing tokens on acquire
+	mode       mode          // exclusive, shared (WithShared) or a permit (WithPermits)
 	safety     time.Duration // see WithSafetyMargin
 	err        error         // first invalid option, reported by calls
 }

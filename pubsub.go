@@ -93,7 +93,7 @@ func (s *subscription) dispatch(payload string) {
 	if err1 != nil || err2 != nil {
 		return
 	}
-	s.locker.lines.heard(s.locker, f[3], f[2], handoff{fence: fence, lease: time.Duration(lease) * time.Millisecond})
+	s.locker.lines.heard(s.locker, f[3], handoff{token: f[2], fence: fence, lease: time.Duration(lease) * time.Millisecond})
 }
 
 // isTimeout reports whether err is ReceiveTimeout's timeout.

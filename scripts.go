@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,37 +22,40 @@ import (
 //
 // The data of one lock key K, all in K's Redis Cluster slot (see sideKey):
 //
-//	K       the lock: the holder's token, with the lease as its expiry
-//	fence   counter of the fences issued for K (no expiry; see WithFencing)
-//	queue   list of the tokens of the places in line, first in line first
-//	places  hash token -> "deadline ttl fenced locker": until when (ms,
-//	        Redis clock) the place is kept, the lease (ms) and fencing ("1"
-//	        or "0") to hand the key over with, and the id of the Locker to
-//	        announce the hand-off to
+//	K        an exclusive lock (a plain lock, or the writer of a read-write
+//	         lock): the holder's token, with the lease as its expiry; or, for
+//	         a semaphore, a sorted set: each permit's token, scored with the
+//	         end of its lease (ms, Redis clock)
+//	fence    counter of the fences issued for K (no expiry; see WithFencing)
+//	queue    list of the tokens of the places in line, first in line first
+//	places   hash token -> "deadline ttl fenced mode locker": until when (ms,
+//	         Redis clock) the place is kept, the lease (ms), fencing ("1" or
+//	         "0") and mode ("x" exclusive, "s" shared, or a semaphore's
+//	         number of permits) to hand the key over with, and the id of the
+//	         Locker to announce the hand-off to
+//	readers  sorted set of the shared holders (readers), each scored with the
+//	         end of its lease
+//	limit    a semaphore's number of permits
 //
-// Invariant: while the queue is not empty, the key is not free. Whoever finds
-// the key free with places in line (a release, or an attempt after a lease
-// expired) hands it to the first place that has not lapsed, in the same
-// script. So nothing can overtake a place in line, and a waiter never sends
-// anything to take a key it was handed.
+// A sorted set of holders expires with its last lease (and limit with it),
+// and its lapsed holders are removed by every script that looks at it, so
+// a holder that died frees its share at the end of its own lease.
+//
+// Invariant: while the queue is not empty, its first place cannot take the
+// key (it does not fit). Whoever finds that it fits (a release, or an
+// attempt after a lease expired) hands the key to it in the same script,
+// and to the places after it while they fit too: all readers up to the
+// next writer, permits while there are some. So nothing can overtake a place
+// in line, and a waiter never sends anything to take a key handed to it.
 
-// scriptKeys returns the KEYS of every script that acts on the lock key:
-// the key, its fence counter, its queue and its places.
+// scriptKeys returns the KEYS of every script that acts on a lock key.
 func scriptKeys(key string) []string {
-	return []string{key, sideKey(key, fenceKind), sideKey(key, queueKind), sideKey(key, placesKind)}
+	return []string{key, sideKey(key, fenceKind), sideKey(key, queueKind), sideKey(key, placesKind),
+		sideKey(key, readersKind), sideKey(key, limitKind)}
 }
 
-// nowLua sets now to Redis's clock in milliseconds. Scripts may call TIME
-// since Redis 5 (they are replicated by their effects).
-const nowLua = `
-local clock = redis.call("TIME")
-local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
-`
-
-// fenceLua issues the next fence of KEYS[2]. It returns nil and the error
-// when the counter cannot be incremented (it holds something else than an
-// integer, or is at 2^63-1); then it has changed nothing. Every script issues
-// the fence before it sets the key, so that a failed fence leaves no lock.
+// fenceLua defines issueFence, which issues the next fence of the counter
+// KEYS[2].
 const fenceLua = `
 local function issueFence()
 	local n = redis.pcall("INCR", KEYS[2])
@@ -62,62 +66,198 @@ local function issueFence()
 end
 `
 
-// placeLua keeps a place in line for token: it records the place (see the
-// data above) and puts token at the end of the queue if it was not in line.
-const placeLua = `
-local function place(token, keep, ttl, fenced, locker)
-	local value = (now + keep) .. " " .. ttl .. " " .. fenced .. " " .. locker
-	if redis.call("HSET", KEYS[4], token, value) == 1 then
-		redis.call("RPUSH", KEYS[3], token)
-	end
-	redis.call("PEXPIRE", KEYS[3], 2 * keep)
-	redis.call("PEXPIRE", KEYS[4], 2 * keep)
-end
-`
-
-// handoffLua gives the free key to the first place in line that has not
-// lapsed: it sets the key to that token with the place's lease, issues its
-// fence if the place asked for one, and announces it on the wake channel of
-// the place's Locker, "<fence> <waiting> <token> <key>" (waiting: the
-// places left in line), unless that Locker is ARGV[2]
-// (the caller's, which learns it from the reply). Lapsed places (their
-// waiter stopped renewing them) are dropped on the way. A place whose fence
-// cannot be issued is dropped too, and told so with fence -1.
+// lineLua is the prelude of the scripts that act on a lock key: its KEYS
+// (see scriptKeys), Redis's clock, and the helpers of the data model.
 //
-// It returns the token the key was handed to and its fence, or false when
-// no place was left.
-const handoffLua = `
-local function handoff(quiet)
-	while true do
-		local token = redis.call("LPOP", KEYS[3])
-		if not token then
-			return false, 0, 0
+// Scripts may call TIME since Redis 5 (they are replicated by their
+// effects). issueFence returns nil and the error when the counter cannot be
+// incremented (it holds something else than an integer, or is at 2^63-1),
+// having changed nothing: every script issues the fence before it sets the
+// key, so that a failed fence leaves no lock.
+const lineLua = fenceLua + `
+local K, FENCE, QUEUE, PLACES, READERS, LIMIT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local clock = redis.call("TIME")
+local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
+
+-- the sorted set of the holders of a shared or permit mode
+local function holders(mode)
+	if mode == "s" then
+		return READERS
+	end
+	return K
+end
+
+-- makes the holders z expire with the last lease among them (limit too)
+local function setExpiry(z)
+	local last = redis.call("ZRANGE", z, -1, -1, "WITHSCORES")
+	if last[2] then
+		redis.call("PEXPIREAT", z, last[2])
+		if z == K then
+			redis.call("PEXPIREAT", LIMIT, last[2])
 		end
-		local value = redis.call("HGET", KEYS[4], token)
-		redis.call("HDEL", KEYS[4], token)
+	elseif z == K then
+		redis.call("DEL", LIMIT)
+	end
+end
+
+-- removes the holders of z whose lease ended
+local function prune(z)
+	if redis.call("ZREMRANGEBYSCORE", z, "-inf", now) > 0 then
+		setExpiry(z)
+	end
+end
+
+-- whether a holder of mode could take the key now
+local function fits(mode)
+	if mode == "x" then
+		if redis.call("EXISTS", K) == 1 then
+			return false
+		end
+		prune(READERS)
+		return redis.call("EXISTS", READERS) == 0
+	elseif mode == "s" then
+		return redis.call("EXISTS", K) == 0
+	end
+	prune(K)
+	return redis.call("ZCARD", K) < tonumber(mode)
+end
+
+-- whether token holds the key in mode
+local function holds(token, mode)
+	if mode == "x" then
+		return redis.call("GET", K) == token
+	end
+	local lease = redis.call("ZSCORE", holders(mode), token)
+	return lease and tonumber(lease) > now
+end
+
+-- makes token hold the key in mode for ttl ms from now
+local function take(token, mode, ttl)
+	if mode == "x" then
+		redis.call("SET", K, token, "PX", ttl)
+		return
+	end
+	local z = holders(mode)
+	redis.call("ZADD", z, now + ttl, token)
+	if mode ~= "s" then
+		redis.call("SET", LIMIT, mode)
+	end
+	setExpiry(z)
+end
+
+-- ends token's hold in mode; returns whether it held the key
+local function drop(token, mode)
+	if mode == "x" then
+		if redis.call("GET", K) == token then
+			redis.call("DEL", K)
+			return true
+		end
+		return false
+	end
+	local z = holders(mode)
+	prune(z)
+	if redis.call("ZREM", z, token) == 1 then
+		setExpiry(z)
+		return true
+	end
+	return false
+end
+
+-- how long until a holder that keeps mode from fitting may end (ms), or a
+-- negative number when none does (only the line is in the way)
+local function blockedFor(mode)
+	local z = K
+	if mode == "s" then
+		return redis.call("PTTL", K)
+	elseif mode == "x" then
+		if redis.call("EXISTS", K) == 1 then
+			return redis.call("PTTL", K)
+		end
+		z = READERS
+	end
+	local first = redis.call("ZRANGE", z, 0, 0, "WITHSCORES")
+	if first[2] then
+		return math.max(tonumber(first[2]) - now, 0)
+	end
+	return -1
+end
+
+-- what is wrong with the fence counter (nil: nothing): a waiter that wants
+-- a fence learns it before it waits, not when the key is handed to it
+local function fenceProblem()
+	local f = redis.call("GET", FENCE)
+	if f and not string.match(f, "^%-?%d+$") then
+		return "ERR redislock: the fence counter " .. FENCE .. " holds something else than an integer"
+	elseif f == "9223372036854775807" then
+		return "ERR redislock: the fence counter " .. FENCE .. " is at its maximum"
+	end
+	return nil
+end
+
+-- keeps a place in line for token
+local function place(token, keep, ttl, fenced, mode, locker)
+	local value = (now + keep) .. " " .. ttl .. " " .. fenced .. " " .. mode .. " " .. locker
+	if redis.call("HSET", PLACES, token, value) == 1 then
+		redis.call("RPUSH", QUEUE, token)
+	end
+	redis.call("PEXPIRE", QUEUE, 2 * keep)
+	redis.call("PEXPIRE", PLACES, 2 * keep)
+end
+
+-- takes token's place out of line, if it has one
+local function leave(token)
+	if redis.call("HDEL", PLACES, token) == 1 then
+		redis.call("LREM", QUEUE, 1, token)
+	end
+end
+
+-- Hands the key to the first place in line while it fits: one exclusive
+-- holder, or shared holders up to the next exclusive one, or permits while
+-- some are free. Lapsed places (their waiter stopped renewing them) are
+-- dropped on the way, and so is a place whose fence cannot be issued (told
+-- with fence -1). Each hand-off is announced on the wake channel of the
+-- place's Locker, "<fence> <lease> <token> <key>", except, when quiet, to the
+-- caller's own Locker (ARGV[2]): those are returned instead, as a flat list
+-- token, fence, lease.
+local function handoff(quiet)
+	local mine = {}
+	while true do
+		local token = redis.call("LINDEX", QUEUE, 0)
+		if not token then
+			return mine
+		end
+		local value = redis.call("HGET", PLACES, token)
+		local deadline, ttl, fenced, mode, locker
 		if value then
-			local deadline, lease, fenced, locker = string.match(value, "^(%d+) (%d+) (%d) (.*)$")
-			if tonumber(deadline) >= now then
-				local fence = 0
-				if fenced == "1" then
-					fence = issueFence() or -1
-				end
-				if fence >= 0 then
-					redis.call("SET", KEYS[1], token, "PX", lease)
-				end
-				if fence < 0 or not (quiet and locker == ARGV[2]) then
-					redis.call("PUBLISH", "` + wakePrefix + `" .. locker, fence .. " " .. lease .. " " .. token .. " " .. KEYS[1])
-				end
-				if fence >= 0 then
-					return token, fence, tonumber(lease)
-				end
+			deadline, ttl, fenced, mode, locker = string.match(value, "^(%d+) (%d+) (%d) (%w+) (.*)$")
+		end
+		local live = value and tonumber(deadline) >= now
+		if live and not fits(mode) then
+			return mine
+		end
+		redis.call("LPOP", QUEUE)
+		redis.call("HDEL", PLACES, token)
+		if live then
+			local fence = 0
+			if fenced == "1" then
+				fence = issueFence() or -1
+			end
+			if fence >= 0 then
+				take(token, mode, ttl)
+			end
+			if quiet and fence >= 0 and locker == ARGV[2] then
+				mine[#mine + 1] = token
+				mine[#mine + 1] = fence
+				mine[#mine + 1] = tonumber(ttl)
+			else
+				redis.call("PUBLISH", "` + wakePrefix + `" .. locker, fence .. " " .. ttl .. " " .. token .. " " .. K)
 			end
 		end
 	end
 end
 `
 
-// acquireScript makes one attempt to take the lock for a token.
+// acquireScript makes one attempt to take the key for a token, in a mode.
 //
 //	KEYS    scriptKeys(key)
 //	ARGV[1] token
@@ -130,64 +270,69 @@ end
 //	        the place the token has: a place is taken once per token, so
 //	        that a place confirmed by a reply was taken before any hand-off
 //	        to its token (a hand-off removes the place for good)
-//	returns {1, fence} when the key holds the token now, with the lease
-//	        ARGV[3] from now: it was free with nobody in line, it was handed
-//	        to the token by an earlier script (the waiter had not heard yet),
-//	        or an earlier attempt whose reply was lost had set it. fence is a
-//	        new fence, or 0 without ARGV[4].
-//	        {0, pttl} when another token holds the key: pttl is its
-//	        remaining lease in ms (-1: no expiry). With ARGV[5] > 0 the token
-//	        now has a place in line, kept ARGV[5] ms from now.
-//	        {-1, pttl} when the token was to renew its place, and has none:
+//	ARGV[7] the mode: "x" exclusive, "s" shared, or a number of permits
+//	returns {1, fence} when the token holds the key now, with the lease
+//	        ARGV[3] from now: it fit with nobody in line, it was handed to
+//	        the token by an earlier script (the waiter had not heard yet),
+//	        or an earlier attempt whose reply was lost had taken it. fence
+//	        is a new fence, or 0 without ARGV[4].
+//	        {0, ms} when it does not fit: ms is how long until a holder in
+//	        the way may end (-1: unknown). With ARGV[5] > 0 the token now
+//	        has a place in line, kept ARGV[5] ms from now.
+//	        {-1, ms} when the token was to renew its place, and has none:
 //	        the place lapsed, or the key was handed to it and that lease ran
 //	        out. The token must not be used again.
-//	        An error reply when the fence could not be issued: the key is then
-//	        not held by the token.
-var acquireScript = redis.NewScript(nowLua + fenceLua + placeLua + handoffLua + `
-local token, ttl, fenced, keep = ARGV[1], ARGV[3], ARGV[4], tonumber(ARGV[5])
-local holder = redis.call("GET", KEYS[1])
-local fence = 0
-if not holder and redis.call("EXISTS", KEYS[3]) == 1 then
-	holder, fence = handoff(false)
-	if holder ~= token then
-		fence = 0
+//	        An error reply when the fence could not be issued (the token
+//	        then holds nothing), when a waiter that wants a fence finds the
+//	        counter unusable (it leaves the line), or when a semaphore of
+//	        another number of permits is held or waited for (nothing
+//	        changed).
+var acquireScript = redis.NewScript(lineLua + `
+local token, ttl, fenced, keep, mode = ARGV[1], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[7]
+if mode ~= "x" and mode ~= "s" then
+	local limit = redis.call("GET", LIMIT)
+	if limit and limit ~= mode then
+		return redis.error_reply("ERR redislock: the semaphore has " .. limit .. " permits, not " .. mode)
 	end
 end
-if not holder or holder == token then
-	if fenced == "1" and fence == 0 then
+if redis.call("EXISTS", QUEUE) == 1 then
+	handoff(false) -- to the first in line, if it fits: maybe this token
+end
+local fence = 0
+if holds(token, mode) or (redis.call("EXISTS", QUEUE) == 0 and fits(mode)) then
+	if fenced == "1" then
 		local err
 		fence, err = issueFence()
 		if not fence then
-			if holder then
-				redis.call("DEL", KEYS[1])
+			if drop(token, mode) then
 				handoff(false)
 			end
 			return redis.error_reply(err)
 		end
 	end
-	if holder then
-		redis.call("PEXPIRE", KEYS[1], ttl)
-	else
-		redis.call("SET", KEYS[1], token, "PX", ttl)
-	end
-	if redis.call("HDEL", KEYS[4], token) == 1 then
-		redis.call("LREM", KEYS[3], 1, token)
-	end
+	take(token, mode, ttl)
+	leave(token)
 	return {1, fence}
 end
 if keep > 0 then
-	if ARGV[6] == "0" and redis.call("HEXISTS", KEYS[4], token) == 0 then
-		return {-1, redis.call("PTTL", KEYS[1])}
+	local problem = fenced == "1" and fenceProblem()
+	if problem then
+		leave(token)
+		return redis.error_reply(problem)
 	end
-	place(token, keep, ttl, fenced, ARGV[2])
+	if ARGV[6] == "0" and redis.call("HEXISTS", PLACES, token) == 0 then
+		return {-1, blockedFor(mode)}
+	end
+	place(token, keep, ttl, fenced, mode, ARGV[2])
 end
-return {0, redis.call("PTTL", KEYS[1])}`)
+return {0, blockedFor(mode)}`)
 
 // attemptArgs are the arguments of one acquireScript run.
 type attemptArgs struct {
 	key, token, locker string
 	ttl                time.Duration
 	fenced             bool
+	mode               mode
 	place              time.Duration // how long to keep a place; 0: a single attempt
 	renew              bool          // renew the token's place, do not take one
 }
@@ -196,15 +341,18 @@ type attemptArgs struct {
 type attemptResult struct {
 	ours    bool
 	fence   int64         // when ours
-	pttl    time.Duration // when not ours: the holder's remaining lease, < 0 if none
+	pttl    time.Duration // when not ours: how long a holder in the way may stay, < 0 if unknown
 	noPlace bool          // a renewal found no place: the token is spent
 }
 
 // runAttempt runs acquireScript.
 func runAttempt(ctx context.Context, c redis.Scripter, a attemptArgs) (attemptResult, error) {
 	res, err := acquireScript.Run(ctx, c, scriptKeys(a.key),
-		a.token, a.locker, a.ttl.Milliseconds(), flag(a.fenced), a.place.Milliseconds(), flag(!a.renew)).Int64Slice()
+		a.token, a.locker, a.ttl.Milliseconds(), flag(a.fenced), a.place.Milliseconds(), flag(!a.renew), a.mode.arg()).Int64Slice()
 	if err != nil {
+		if strings.Contains(err.Error(), "redislock: the semaphore has") {
+			err = fmt.Errorf("%w: WithPermits(%d): %w", ErrInvalidOption, a.mode.permits, err)
+		}
 		return attemptResult{}, err
 	}
 	if len(res) != 2 {
@@ -216,52 +364,51 @@ func runAttempt(ctx context.Context, c redis.Scripter, a attemptArgs) (attemptRe
 	return attemptResult{pttl: time.Duration(res[1]) * time.Millisecond, noPlace: res[0] == -1}, nil
 }
 
-// releaseScript releases the lock or leaves the line, and hands the key to
-// the first place in line when it is free.
+// releaseScript ends a hold or leaves the line, and hands the key to the
+// first in line while it fits.
 //
 //	KEYS    scriptKeys(key), then the release mark of ARGV[1]: a key that
-//	        says, for a while, that the lock of ARGV[1] was released
+//	        says, for a while, that the hold of ARGV[1] was released
 //	ARGV[1] token to release, or to take out of line
 //	ARGV[2] the id of the caller's Locker
 //	ARGV[3] another token to take out of line (the place of a line of the
 //	        caller's Locker that nobody waits in any more), or ""
 //	ARGV[4] how long to keep the release mark, in ms; "0": no mark
-//	returns {released, to, fence, lease}:
-//	        released is 1 when the key held ARGV[1] and was deleted, or when
-//	        the mark says that an earlier run of this release did so (its
-//	        reply was lost, and go-redis sent it again), else 0 (the key was
-//	        untouched, and ARGV[1] is no longer in line);
-//	        to is the token the key was handed to, or "" when it was not
-//	        handed over (it is held by another, or nobody is in line); fence
-//	        is to's fence (0 when it asked for none); lease is the lease it
-//	        got, in ms.
-var releaseScript = redis.NewScript(nowLua + fenceLua + handoffLua + `
+//	ARGV[5] the mode ARGV[1] holds the key in
+//	returns {released, token, fence, lease, token, fence, lease, ...}:
+//	        released is 1 when ARGV[1] held the key and no longer does, or
+//	        when the mark says that an earlier run of this release did that
+//	        (its reply was lost, and go-redis sent it again), else 0 (the key
+//	        was untouched, and ARGV[1] is no longer in line); then the
+//	        hand-offs to places of the caller's Locker (see handoff).
+var releaseScript = redis.NewScript(lineLua + `
+local token, mode = ARGV[1], ARGV[5]
 local released = 0
-local holder = redis.call("GET", KEYS[1])
-if holder == ARGV[1] then
-	redis.call("DEL", KEYS[1])
+if drop(token, mode) then
 	released = 1
-	holder = false
 	if ARGV[4] ~= "0" then
-		redis.call("SET", KEYS[5], 1, "PX", ARGV[4])
+		redis.call("SET", KEYS[7], 1, "PX", ARGV[4])
 	end
-elseif ARGV[4] ~= "0" and redis.call("EXISTS", KEYS[5]) == 1 then
+elseif ARGV[4] ~= "0" and redis.call("EXISTS", KEYS[7]) == 1 then
 	released = 1
-elseif redis.call("HDEL", KEYS[4], ARGV[1]) == 1 then
-	redis.call("LREM", KEYS[3], 1, ARGV[1])
+else
+	leave(token)
 end
-if ARGV[3] ~= "" and redis.call("HDEL", KEYS[4], ARGV[3]) == 1 then
-	redis.call("LREM", KEYS[3], 1, ARGV[3])
+if ARGV[3] ~= "" then
+	leave(ARGV[3])
 end
-local to, fence, lease = "", 0, 0
-if not holder then
-	to, fence, lease = handoff(true)
+local reply = {released}
+if redis.call("EXISTS", QUEUE) == 1 then
+	for _, v in ipairs(handoff(true)) do
+		reply[#reply + 1] = v
+	end
 end
-return {released, to or "", fence, lease}`)
+return reply`)
 
 // releaseArgs are the arguments of one releaseScript run.
 type releaseArgs struct {
 	key, token, locker string
+	mode               mode
 	leave              string        // a place to take out of line too, or ""
 	mark               time.Duration // how long to keep the release mark; 0: none
 }
@@ -269,14 +416,14 @@ type releaseArgs struct {
 // releaseResult is the outcome of a releaseScript run.
 type releaseResult struct {
 	released bool
-	handoff
-	to string // the token the key was handed to, or ""
+	handed   []handoff // hand-offs to places of the caller's Locker
 }
 
 // handoff is a hand-off of the key to a token (a line's): fence is its
 // fence, 0 for none, -1 when it could not be issued (the place was dropped);
 // lease is the lease it got.
 type handoff struct {
+	token string
 	fence int64
 	lease time.Duration
 }
@@ -284,19 +431,22 @@ type handoff struct {
 // runRelease runs releaseScript.
 func runRelease(ctx context.Context, c redis.Scripter, a releaseArgs) (releaseResult, error) {
 	keys := append(scriptKeys(a.key), sideKey(a.key, releasedKind+":"+a.token))
-	res, err := releaseScript.Run(ctx, c, keys, a.token, a.locker, a.leave, a.mark.Milliseconds()).Slice()
+	res, err := releaseScript.Run(ctx, c, keys, a.token, a.locker, a.leave, a.mark.Milliseconds(), a.mode.arg()).Slice()
 	if err != nil {
 		return releaseResult{}, err
 	}
-	if len(res) != 4 {
+	if len(res) == 0 || len(res)%3 != 1 {
 		return releaseResult{}, fmt.Errorf("redislock: unexpected reply %v", res)
 	}
 	released, _ := res[0].(int64)
-	to, _ := res[1].(string)
-	fence, _ := res[2].(int64)
-	lease, _ := res[3].(int64)
-	return releaseResult{released: released == 1, to: to,
-		handoff: handoff{fence: fence, lease: time.Duration(lease) * time.Millisecond}}, nil
+	r := releaseResult{released: released == 1}
+	for i := 1; i < len(res); i += 3 {
+		token, _ := res[i].(string)
+		fence, _ := res[i+1].(int64)
+		lease, _ := res[i+2].(int64)
+		r.handed = append(r.handed, handoff{token: token, fence: fence, lease: time.Duration(lease) * time.Millisecond})
+	}
+	return r, nil
 }
 
 // refreshScript extends the lease of the lock if it is still ours, and
@@ -334,9 +484,20 @@ func refreshArgv(token string, ttl time.Duration, fenced bool) []any {
 	return []any{token, ttl.Milliseconds(), flag(fenced)}
 }
 
-// runRefresh runs refreshScript: held reports whether the key held token.
-func runRefresh(ctx context.Context, c redis.Scripter, key, token string, ttl time.Duration, fenced bool) (held bool, fence int64, err error) {
-	res, err := refreshScript.Run(ctx, c, refreshKeys(key), refreshArgv(token, ttl, fenced)...).Int64Slice()
+// refreshCall returns the script that renews the lease of token in mode,
+// with its KEYS and ARGV.
+func refreshCall(key, token string, m mode, ttl time.Duration, fenced bool) (*redis.Script, []string, []any) {
+	if m.exclusive() {
+		return refreshScript, refreshKeys(key), refreshArgv(token, ttl, fenced)
+	}
+	return holderRefreshScript, scriptKeys(key), append(refreshArgv(token, ttl, fenced), m.arg())
+}
+
+// runRefresh runs refreshScript (or holderRefreshScript): held reports
+// whether token held the key.
+func runRefresh(ctx context.Context, c redis.Scripter, key, token string, m mode, ttl time.Duration, fenced bool) (held bool, fence int64, err error) {
+	script, keys, args := refreshCall(key, token, m, ttl, fenced)
+	res, err := script.Run(ctx, c, keys, args...).Int64Slice()
 	if err != nil {
 		return false, 0, err
 	}
@@ -345,6 +506,45 @@ func runRefresh(ctx context.Context, c redis.Scripter, key, token string, ttl ti
 	}
 	return res[0] == 1, res[1], nil
 }
+
+// holderRefreshScript extends the lease of a shared holder or permit if it
+// is still held, and issues it a fence when asked.
+//
+//	KEYS    scriptKeys(key)
+//	ARGV[1] token
+//	ARGV[2] new ttl in milliseconds (>= 1)
+//	ARGV[3] "1" to issue a new fence, "0" not to
+//	ARGV[4] the mode: "s" or a number of permits
+//	returns what refreshScript returns.
+var holderRefreshScript = redis.NewScript(lineLua + `
+local token, mode = ARGV[1], ARGV[4]
+if not holds(token, mode) then
+	return {0, 0}
+end
+local fence = 0
+if ARGV[3] == "1" then
+	local err
+	fence, err = issueFence()
+	if not fence then
+		return redis.error_reply(err)
+	end
+end
+take(token, mode, ARGV[2])
+return {1, fence}`)
+
+// holderPTTLScript reports the remaining lease of a shared holder or permit.
+//
+//	KEYS    scriptKeys(key)
+//	ARGV[1] token
+//	ARGV[2] the mode: "s" or a number of permits
+//	returns the remaining lease in ms (>= 0) when the token holds the key,
+//	        -2 when it does not.
+var holderPTTLScript = redis.NewScript(lineLua + `
+local lease = redis.call("ZSCORE", holders(ARGV[2]), ARGV[1])
+if lease and tonumber(lease) > now then
+	return tonumber(lease) - now
+end
+return -2`)
 
 // pttlScript reports the remaining lease of the lock if it is still ours.
 //
@@ -358,9 +558,15 @@ if redis.call("GET", KEYS[1]) == ARGV[1] then
 end
 return -2`)
 
-// runPTTL runs pttlScript.
-func runPTTL(ctx context.Context, c redis.Scripter, key, token string) (time.Duration, error) {
-	ms, err := pttlScript.Run(ctx, c, []string{key}, token).Int64()
+// runPTTL runs pttlScript (or holderPTTLScript).
+func runPTTL(ctx context.Context, c redis.Scripter, key, token string, m mode) (time.Duration, error) {
+	var ms int64
+	var err error
+	if m.exclusive() {
+		ms, err = pttlScript.Run(ctx, c, []string{key}, token).Int64()
+	} else {
+		ms, err = holderPTTLScript.Run(ctx, c, scriptKeys(key), token, m.arg()).Int64()
+	}
 	return time.Duration(ms) * time.Millisecond, err
 }
 

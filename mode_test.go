@@ -1,0 +1,342 @@
+package redislock_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed5e0b76d9/redislock"
+)
+
+// Readers share the key: five readers of five Lockers hold it at once, each
+// with a token and a lease of its own; TryObtain for a reader succeeds
+// while readers hold it, a writer's fails.
+func TestShared_ManyReadersAtOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		var readers []*redislock.Lock
+		tokens := map[string]bool{}
+		for range 5 {
+			rdb, _ := b.client(t)
+			lk, err := redislock.New(rdb).TryObtain(ctx, "doc", time.Minute, redislock.WithShared())
+			require.NoError(t, err)
+			readers = append(readers, lk)
+			tokens[lk.Token()] = true
+		}
+		assert.Len(t, tokens, 5, "a token per reader")
+		rdb, _ := b.client(t)
+		_, err := redislock.New(rdb).TryObtain(ctx, "doc", time.Minute)
+		require.ErrorIs(t, err, redislock.ErrNotObtained, "the writer waits for the readers")
+		for _, lk := range readers {
+			ttl, err := lk.TTL(ctx)
+			require.NoError(t, err)
+			assert.Greater(t, ttl, 50*time.Second)
+			require.NoError(t, lk.Release(ctx))
+		}
+		w, err := redislock.New(rdb).TryObtain(ctx, "doc", time.Minute)
+		require.NoError(t, err, "the writer gets the key once every reader released")
+		require.NoError(t, w.Release(ctx))
+		assertNoSideKeys(t, rdb, "doc")
+	})
+}
+
+// A writer holds the key alone: readers wait while it holds it, and all
+// the readers in line get the key together when it releases (they were
+// queued before the next writer, who waits for them).
+func TestShared_WriterAlone(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	w, err := redislock.New(rdb).Obtain(ctx, "doc", time.Minute)
+	require.NoError(t, err)
+	var readers []<-chan obtained
+	for i := range 3 {
+		c, _ := b.client(t)
+		readers = append(readers, obtainAsync(ctx, redislock.New(c, slowPolling), "doc", time.Minute, redislock.WithShared()))
+		waitQueued(t, rdb, "doc", i+1)
+	}
+	c, _ := b.client(t)
+	writer2 := obtainAsync(ctx, redislock.New(c, slowPolling), "doc", time.Minute)
+	waitQueued(t, rdb, "doc", 4)
+	time.Sleep(50 * time.Millisecond)
+	for _, r := range readers {
+		select {
+		case o := <-r:
+			t.Fatalf("a reader got the key while the writer held it (%v)", o.err)
+		default:
+		}
+	}
+	released := time.Now()
+	require.NoError(t, w.Release(ctx))
+	var held []*redislock.Lock
+	for _, r := range readers {
+		o := <-r
+		require.NoError(t, o.err)
+		assert.Less(t, o.at.Sub(released), 200*time.Millisecond, "the readers were handed the key together")
+		held = append(held, o.lock)
+	}
+	select {
+	case o := <-writer2:
+		t.Fatalf("the second writer got the key while readers held it (%v)", o.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	for _, lk := range held {
+		require.NoError(t, lk.Release(ctx))
+	}
+	o := <-writer2
+	require.NoError(t, o.err)
+	require.NoError(t, o.lock.Release(ctx))
+}
+
+// Writers are not starved: under a steady stream of overlapping readers a
+// writer gets the key within about one reader's hold, since the readers
+// that come after it line up behind it.
+func TestShared_WriterNotStarved(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 20*time.Second)
+	const hold = 100 * time.Millisecond
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var reads atomic.Int64
+	for range 4 {
+		rdb, _ := b.client(t)
+		locker := redislock.New(rdb)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				lk, err := locker.Obtain(ctx, "doc", time.Minute, redislock.WithShared())
+				if !assert.NoError(t, err) {
+					return
+				}
+				reads.Add(1)
+				time.Sleep(hold)
+				assert.NoError(t, lk.Release(ctx))
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	require.Eventually(t, func() bool { return reads.Load() > 8 }, 5*time.Second, time.Millisecond)
+	rdb, _ := b.client(t)
+	writer := redislock.New(rdb)
+	for range 3 {
+		start := time.Now()
+		w, err := writer.Obtain(ctx, "doc", time.Minute)
+		require.NoError(t, err)
+		waited := time.Since(start)
+		t.Logf("the writer waited %v", waited)
+		assert.Less(t, waited, 3*hold, "the writer was starved")
+		time.Sleep(10 * time.Millisecond)
+		require.NoError(t, w.Release(ctx))
+		time.Sleep(hold)
+	}
+}
+
+// A reader that dies (here: a child process killed with SIGKILL, holding a
+// 1 s share) frees only its own share, at the end of its own lease: the
+// other readers keep theirs, and a writer gets the key once the dead
+// reader's lease ended and the live readers released.
+func TestShared_KilledReaderFreesOnlyItsShare(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 20*time.Second)
+	rdb, _ := b.client(t)
+	killed := killedHolder(t, b.addr, "doc", time.Second, "shared")
+	live, err := redislock.New(rdb).Obtain(ctx, "doc", time.Minute, redislock.WithShared())
+	require.NoError(t, err)
+	c, _ := b.client(t)
+	start := time.Now()
+	writer := obtainAsync(ctx, redislock.New(c), "doc", time.Minute)
+	time.Sleep(1500 * time.Millisecond) // the dead reader's share has ended
+	ttl, err := live.TTL(ctx)
+	require.NoError(t, err, "the live reader keeps its share")
+	assert.Greater(t, ttl, 50*time.Second)
+	select {
+	case o := <-writer:
+		t.Fatalf("the writer got the key while a live reader held it (%v)", o.err)
+	default:
+	}
+	require.NoError(t, live.Release(ctx))
+	o := <-writer
+	require.NoError(t, o.err)
+	t.Logf("writer served %v after it asked (the killed reader held a 1 s share since %v before)", o.at.Sub(start), start.Sub(killed))
+	require.NoError(t, o.lock.Release(ctx))
+}
+
+// Fences work in both modes: every acquisition, reader or writer, gets a
+// fence above every fence issued before on the key, so a writer's fence is
+// above those of all the readers before it.
+func TestShared_Fences(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		rdb, _ := b.client(t)
+		locker := redislock.New(rdb, redislock.WithFencing())
+		var last int64
+		for range 3 {
+			r1, err := locker.Obtain(ctx, "doc", time.Minute, redislock.WithShared())
+			require.NoError(t, err)
+			r2, err := locker.Obtain(ctx, "doc", time.Minute, redislock.WithShared())
+			require.NoError(t, err)
+			assert.Greater(t, r1.Fence(), last)
+			assert.Greater(t, r2.Fence(), r1.Fence())
+			require.NoError(t, r1.Release(ctx))
+			require.NoError(t, r2.Release(ctx))
+			w, err := locker.Obtain(ctx, "doc", time.Minute)
+			require.NoError(t, err)
+			assert.Greater(t, w.Fence(), r2.Fence(), "the writer's fence is above the readers'")
+			require.NoError(t, redislock.SetFenced(ctx, rdb, "resource", "v", w.Fence()))
+			assert.ErrorIs(t, redislock.SetFenced(ctx, rdb, "resource", "stale", r2.Fence()), redislock.ErrFenceRejected)
+			last = w.Fence()
+			require.NoError(t, w.Release(ctx))
+		}
+	})
+}
+
+// A reader's lease is kept alive and lost-signalled like any lock's: a 300 ms
+// share is kept through a second, and when its entry is removed behind its
+// back the holder's context ends with ErrLockLost.
+func TestShared_KeepAlive(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	lk, err := redislock.New(rdb).Obtain(ctx, "doc", 300*time.Millisecond, redislock.WithShared())
+	require.NoError(t, err)
+	lctx := lk.KeepAlive(ctx)
+	time.Sleep(time.Second)
+	require.NoError(t, lctx.Err(), "lost: %v", context.Cause(lctx))
+	require.NoError(t, rdb.ZRem(ctx, redislock.SideKey("doc", "readers"), lk.Token()).Err())
+	select {
+	case <-lctx.Done():
+		assert.ErrorIs(t, context.Cause(lctx), redislock.ErrLockLost)
+	case <-time.After(time.Second):
+		t.Fatal("the lost share was not signalled")
+	}
+	assert.ErrorIs(t, lk.Release(ctx), redislock.ErrNotHeld)
+}
+
+// A semaphore admits at most N holders, each with its own token and lease;
+// the N+1st waits, and gets a permit when one is released. Permits go to
+// waiters in the order they came.
+func TestPermits_AtMostNInOrder(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		rdb, _ := b.client(t)
+		three := redislock.WithPermits(3)
+		var held []*redislock.Lock
+		for range 3 {
+			lk, err := redislock.New(rdb).TryObtain(ctx, "quota", time.Minute, three)
+			require.NoError(t, err)
+			held = append(held, lk)
+		}
+		_, err := redislock.New(rdb).TryObtain(ctx, "quota", time.Minute, three)
+		require.ErrorIs(t, err, redislock.ErrNotObtained)
+		var waiting []<-chan obtained
+		for i := range 3 {
+			c, _ := b.client(t)
+			waiting = append(waiting, obtainAsync(ctx, redislock.New(c, slowPolling), "quota", time.Minute, three))
+			waitQueued(t, rdb, "quota", i+1)
+		}
+		for i, w := range waiting {
+			require.NoError(t, held[i].Release(ctx))
+			o := <-w
+			require.NoError(t, o.err, "waiter %d", i)
+			assert.Len(t, queued(t, rdb, "quota"), 2-i, "waiter %d was served before those behind it", i)
+			held[i] = o.lock
+		}
+		for _, lk := range held {
+			require.NoError(t, lk.Release(ctx))
+		}
+		assertNoSideKeys(t, rdb, "quota")
+	})
+}
+
+// A holder that dies frees its permit at the end of its own lease, without
+// anyone releasing it.
+func TestPermits_FreedAtHolderExpiry(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	one := redislock.WithPermits(1)
+	killedHolder(t, b.addr, "quota", 500*time.Millisecond, "1")
+	start := time.Now()
+	lk, err := redislock.New(rdb).Obtain(ctx, "quota", time.Minute, one)
+	require.NoError(t, err)
+	t.Logf("permit freed %v after the holder was killed", time.Since(start))
+	assert.Less(t, time.Since(start), time.Second)
+	require.NoError(t, lk.Release(ctx))
+}
+
+// Permits are kept alive by KeepAlive like locks: a 300 ms permit is kept
+// through a second while the other permit of two stays taken by someone else.
+func TestPermits_KeepAlive(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	two := redislock.WithPermits(2)
+	lk, err := redislock.New(rdb).Obtain(ctx, "quota", 300*time.Millisecond, two)
+	require.NoError(t, err)
+	lctx := lk.KeepAlive(ctx)
+	other, err := redislock.New(rdb).Obtain(ctx, "quota", time.Minute, two)
+	require.NoError(t, err)
+	time.Sleep(time.Second)
+	require.NoError(t, lctx.Err(), "lost: %v", context.Cause(lctx))
+	_, err = redislock.New(rdb).TryObtain(ctx, "quota", time.Minute, two)
+	require.ErrorIs(t, err, redislock.ErrNotObtained, "both permits are still taken")
+	require.NoError(t, lk.Release(ctx))
+	require.NoError(t, other.Release(ctx))
+}
+
+// Bad input gets a typed error and writes nothing: no permits, a negative
+// number, shared and permits together, an empty key; a call with another
+// number of permits than the semaphore's holders is refused with
+// ErrInvalidOption, leaving it as it was.
+func TestPermits_BadInput(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		rdb, sent := b.client(t)
+		locker := redislock.New(rdb)
+		before := sent.Load()
+		for _, opts := range [][]redislock.Option{
+			{redislock.WithPermits(0)},
+			{redislock.WithPermits(-3)},
+			{redislock.WithShared(), redislock.WithPermits(2)},
+			{redislock.WithPermits(2), redislock.WithShared()},
+		} {
+			_, err := locker.TryObtain(ctx, "quota", time.Minute, opts...)
+			assert.ErrorIs(t, err, redislock.ErrInvalidOption)
+		}
+		_, err := locker.Obtain(ctx, "", time.Minute, redislock.WithPermits(2))
+		assert.ErrorIs(t, err, redislock.ErrInvalidKey)
+		assert.Equal(t, before, sent.Load(), "a command was sent")
+
+		held, err := locker.Obtain(ctx, "quota", time.Minute, redislock.WithPermits(2))
+		require.NoError(t, err)
+		_, err = locker.Obtain(ctx, "quota", time.Minute, redislock.WithPermits(3))
+		require.ErrorIs(t, err, redislock.ErrInvalidOption, "another number of permits")
+		assert.NotErrorIs(t, err, redislock.ErrNotObtained)
+		assert.Equal(t, int64(1), rdb.ZCard(ctx, "quota").Val(), "nothing changed")
+		assert.Empty(t, queued(t, rdb, "quota"))
+		require.NoError(t, held.Release(ctx))
+	})
+}
+
+// assertNoSideKeys fails t if any key of the lock key is left but its
+// release marks and its fence counter: once nobody holds or waits, nothing
+// remains.
+func assertNoSideKeys(t *testing.T, rdb redis.UniversalClient, key string) {
+	t.Helper()
+	for _, kind := range []string{"queue", "places", "readers", "limit"} {
+		assert.Zero(t, rdb.Exists(context.Background(), redislock.SideKey(key, kind)).Val(), "%s left", kind)
+	}
+	assert.Zero(t, rdb.Exists(context.Background(), key).Val(), "the key left")
+}

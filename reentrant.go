@@ -1,0 +1,139 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+)
+
+// Reentrancy by context.
+//
+// A context can carry locks: the one WithLock gives fn carries its lock,
+// and Lock.Context makes one that does. An Obtain, TryObtain or WithLock of
+// the same key on the same Locker, with such a context (or one derived from
+// it), joins the lock the context carries instead of waiting for it: it
+// sends nothing to Redis and returns another handle of the same acquisition
+// (same token, fence, lease and lost-lock signal). The acquisition counts
+// its live handles; each Release ends one, and the key is released when the
+// last one ends, whichever it is.
+//
+// This prevents the deadlock of a function that takes a lock and calls
+// another that takes it again, which without it waits for itself (forever
+// without a deadline, while the outer lease keeps being renewed). It cannot
+// prevent the same deadlock when the inner call does not get the context
+// (it is given context.Background(), or a context not derived from the
+// outer one): a context that does not carry the lock is another owner, and
+// waits as any other would.
+//
+// A shared (WithShared) call joins a shared or exclusive lock the context
+// carries (a writer may read); an exclusive call joins an exclusive one, and
+// fails with ErrInvalidOption on a shared one (upgrading a reader to a
+// writer would wait for itself). A joining call's ttl and WithFencing do not
+// apply: the joined lock's lease and fence do. Permits (WithPermits) are
+// not reentrant: a nested call takes another permit.
+
+// heldKey is the context key under which a context carries locks.
+type heldKey struct{}
+
+// held is the list of the locks a context carries, innermost first.
+type held struct {
+	lk   *Lock // an acquisition (never a joining handle)
+	next *held
+}
+
+// Context returns a context, derived from parent, that carries lk: with it,
+// an Obtain, TryObtain or WithLock of lk's key on lk's Locker joins lk
+// instead of waiting for it (see the README, "Reentrancy").
+func (lk *Lock) Context(parent context.Context) context.Context {
+	next, _ := parent.Value(heldKey{}).(*held)
+	return context.WithValue(parent, heldKey{}, &held{lk: lk.acquisition(), next: next})
+}
+
+// acquisition returns the acquisition lk is a handle of (lk itself, unless
+// it joined another).
+func (lk *Lock) acquisition() *Lock {
+	if lk.joined != nil {
+		return lk.joined
+	}
+	return lk
+}
+
+// errUpgrade is the error of an exclusive call on a context that carries a
+// shared lock of the same key.
+var errUpgrade = fmt.Errorf("%w: an exclusive lock cannot join a shared one the context carries (a reader cannot become the writer)", ErrInvalidOption)
+
+// join returns a new handle of the lock on key that ctx carries for l, if
+// it carries one that a call in mode m may join, and nil otherwise.
+func (l *Locker) join(ctx context.Context, key string, m mode) (*Lock, error) {
+	if m.permits > 0 {
+		return nil, nil
+	}
+	for h, _ := ctx.Value(heldKey{}).(*held); h != nil; h = h.next {
+		a := h.lk
+		if a.locker != l || a.key != key || a.mode.permits > 0 {
+			continue
+		}
+		if a.mode.shared && m.exclusive() {
+			return nil, errUpgrade
+		}
+		a.mu.Lock()
+		live := !a.released && !a.releasing && a.holds > 0
+		if live {
+			a.holds++
+		}
+		a.mu.Unlock()
+		if live {
+			return &Lock{locker: l, key: key, token: a.token, mode: a.mode, fence: a.fence, joined: a}, nil
+		}
+	}
+	return nil, nil
+}
+
+// endHandle ends lk's handle: last reports that it was the last handle of
+// its acquisition, which must then be released; ok is false when the handle
+// was ended already.
+func (lk *Lock) endHandle() (a *Lock, last, ok bool) {
+	a = lk.acquisition()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if lk.ended || a.released {
+		return a, false, false
+	}
+	lk.ended = true
+	a.holds--
+	return a, a.holds == 0, true
+}
+
+// reopenHandle undoes endHandle after a release that failed, so that
+// Release may be called again.
+func (lk *Lock) reopenHandle() {
+	a := lk.acquisition()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	lk.ended = false
+	a.holds++
+}
+
+// handleEnded reports whether Release was called on lk.
+func (lk *Lock) handleEnded() bool {
+	a := lk.acquisition()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return lk.ended || a.released
+}
+
+// keepJoined is KeepAlive for a handle that joined another acquisition: the
+// returned context ends when ctx does, or with the acquisition's lease
+// context and its cause; an acquisition not kept yet is kept from now on.
+func (lk *Lock) keepJoined(ctx context.Context) context.Context {
+	a := lk.joined
+	a.mu.Lock()
+	r := a.renewal
+	a.mu.Unlock()
+	if r == nil {
+		return a.KeepAlive(ctx)
+	}
+	child, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(r.ctx, func() { cancel(context.Cause(r.ctx)) })
+	context.AfterFunc(child, func() { stop() })
+	return child
+}

@@ -1,0 +1,185 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed5e0b76d9/redislock"
+)
+
+// A WithLock inside a WithLock of the same key on the same Locker, with the
+// context the outer one gave fn, runs at once without a command to Redis,
+// shares the outer lease and its lost-lock signal, and does not free the key
+// when it ends: the outer one does. Without reentrancy it would wait for
+// itself forever.
+func TestReentrant_NestedWithLockRunsAtOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		rdb, sent := b.client(t)
+		locker := redislock.New(rdb)
+		err := locker.WithLock(ctx, "lock", func(outer context.Context) error {
+			token := rdb.Get(ctx, "lock").Val()
+			before, start := sent.Load(), time.Now()
+			err := locker.WithLock(outer, "lock", func(inner context.Context) error {
+				assert.Less(t, time.Since(start), 50*time.Millisecond, "the nested WithLock waited")
+				assert.Equal(t, token, rdb.Get(ctx, "lock").Val(), "the same hold")
+				return nil
+			})
+			require.NoError(t, err)
+			assert.Equal(t, before+1, sent.Load(), "the nested WithLock sent nothing (the one command is the test's GET)")
+			assert.Equal(t, token, rdb.Get(ctx, "lock").Val(), "the nested WithLock's end did not free the key")
+			return nil
+		})
+		require.NoError(t, err)
+		assert.Equal(t, int64(0), rdb.Exists(ctx, "lock").Val(), "the outer WithLock's end freed it")
+	})
+}
+
+// A context made by Lock.Context carries the lock: Obtain and TryObtain on
+// it join the lock (same token and fence), each handle's Release ends one
+// hold, and the key is released when the last hold ends, whichever it is.
+func TestReentrant_HoldsAreCounted(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		rdb, _ := b.client(t)
+		locker := redislock.New(rdb, redislock.WithFencing())
+		outer, err := locker.Obtain(ctx, "k", time.Minute)
+		require.NoError(t, err)
+		lctx := outer.Context(ctx)
+		inner, err := locker.TryObtain(lctx, "k", time.Minute)
+		require.NoError(t, err)
+		again, err := locker.Obtain(lctx, "k", time.Minute)
+		require.NoError(t, err)
+		assert.Equal(t, outer.Token(), inner.Token())
+		assert.Equal(t, outer.Fence(), again.Fence(), "one acquisition, one fence")
+
+		require.NoError(t, outer.Release(ctx), "the outer hold ends first")
+		assert.Equal(t, outer.Token(), rdb.Get(ctx, "k").Val(), "two holds left")
+		require.ErrorIs(t, outer.Release(ctx), redislock.ErrNotHeld, "a handle ends once")
+		require.NoError(t, inner.Refresh(ctx, 2*time.Minute), "a live handle refreshes the shared lease")
+		require.NoError(t, inner.Release(ctx))
+		assert.Equal(t, outer.Token(), rdb.Get(ctx, "k").Val(), "one hold left")
+		require.NoError(t, again.Release(ctx))
+		assert.Equal(t, int64(0), rdb.Exists(ctx, "k").Val(), "the last hold released the key")
+		_, err = locker.TryObtain(lctx, "k", time.Minute)
+		require.NoError(t, err, "a context carrying a released lock is another owner")
+	})
+}
+
+// A nested call whose context does not carry the lock is another owner and
+// waits as any would: here until its deadline.
+func TestReentrant_ContextWithoutTheLockWaits(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb)
+	err := locker.WithLock(ctx, "lock", func(context.Context) error {
+		octx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond) // dropped the ctx
+		defer cancel()
+		_, err := locker.Obtain(octx, "lock", time.Minute)
+		assert.ErrorIs(t, err, redislock.ErrNotObtained)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+// The nested-lock test of the Java tutorials: goroutines of two Lockers
+// each take "lock" and, inside, the same lock again, and increment a counter
+// with a non-atomic read and write: all complete, the counter is exact, and
+// no two critical sections overlap.
+func TestReentrant_NestedLocksExclude(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 30*time.Second)
+		data, _ := b.client(t)
+		var inside atomic.Int32
+		var wg sync.WaitGroup
+		for l := range 2 {
+			rdb, _ := b.client(t)
+			locker := redislock.New(rdb)
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 10 {
+						err := locker.WithLock(ctx, "lock", func(ctx context.Context) error {
+							return locker.WithLock(ctx, "lock", func(ctx context.Context) error {
+								if inside.Add(1) != 1 {
+									t.Errorf("two holders at once (Locker %d)", l)
+								}
+								defer inside.Add(-1)
+								n, _ := data.Get(ctx, "counter").Int()
+								return data.Set(ctx, "counter", n+1, 0).Err()
+							})
+						})
+						assert.NoError(t, err)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		assert.Equal(t, "80", data.Get(ctx, "counter").Val())
+	})
+}
+
+// A shared call joins an exclusive lock the context carries (a writer may
+// read); an exclusive call on a context carrying a shared lock of the key
+// fails at once with ErrInvalidOption (a reader cannot become the writer),
+// and permits are not reentrant.
+func TestReentrant_Modes(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb)
+
+	w, err := locker.Obtain(ctx, "rw", time.Minute)
+	require.NoError(t, err)
+	r, err := locker.TryObtain(w.Context(ctx), "rw", time.Minute, redislock.WithShared())
+	require.NoError(t, err, "the writer reads")
+	assert.Equal(t, w.Token(), r.Token())
+	require.NoError(t, r.Release(ctx))
+	require.NoError(t, w.Release(ctx))
+
+	reader, err := locker.Obtain(ctx, "rw", time.Minute, redislock.WithShared())
+	require.NoError(t, err)
+	_, err = locker.Obtain(reader.Context(ctx), "rw", time.Minute)
+	require.ErrorIs(t, err, redislock.ErrInvalidOption)
+	require.NoError(t, reader.Release(ctx))
+
+	p, err := locker.Obtain(ctx, "sem", time.Minute, redislock.WithPermits(2))
+	require.NoError(t, err)
+	q, err := locker.TryObtain(p.Context(ctx), "sem", time.Minute, redislock.WithPermits(2))
+	require.NoError(t, err)
+	assert.NotEqual(t, p.Token(), q.Token(), "another permit")
+	require.NoError(t, p.Release(ctx))
+	require.NoError(t, q.Release(ctx))
+}
+
+// A nested WithLock shares the outer lease's lost-lock signal: when the lock
+// is lost, the inner fn's context ends with ErrLockLost too.
+func TestReentrant_SharesLostSignal(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb, redislock.WithTTL(500*time.Millisecond))
+	err := locker.WithLock(ctx, "lock", func(outer context.Context) error {
+		return locker.WithLock(outer, "lock", func(inner context.Context) error {
+			require.NoError(t, rdb.Set(ctx, "lock", "intruder", time.Minute).Err())
+			select {
+			case <-inner.Done():
+				assert.ErrorIs(t, context.Cause(inner), redislock.ErrLockLost)
+				return context.Cause(inner)
+			case <-time.After(2 * time.Second):
+				return errors.New("the inner context outlived the lock")
+			}
+		})
+	})
+	require.ErrorIs(t, err, redislock.ErrLockLost)
+}
