@@ -17,7 +17,9 @@ func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *opti
 	a := attemptArgs{key: key, token: newToken(), locker: l.id, ttl: ttl, fenced: o.fencing, mode: o.mode}
 	start := time.Now()
 	res, err := bounded(ctx, l.direct, func(ctx context.Context) (attemptResult, error) {
-		return runAttempt(ctx, l.client, a)
+		res, err := runAttempt(ctx, l.client, a)
+		l.noteErr(err)
+		return res, err
 	}, func(res attemptResult, err error) {
 		if res.ours || (err != nil && !refused(err)) {
 			l.forget(context.Background(), key, a.token, o.mode) // a late success: undo it
@@ -54,8 +56,11 @@ func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *op
 			return s.lock, nil
 		case s.lock != nil:
 			err := l.fit(ctx, s.lock, w.ttl, w.fenced)
+			if err == nil {
+				return s.lock, nil
+			}
 			if !errors.Is(err, errLeaseRanOut) {
-				return s.lock, err
+				return nil, err
 			}
 			ln = l.lines.rejoin(ln, w)
 			continue
@@ -105,38 +110,34 @@ var errLeaseRanOut = errors.New("the lease ran out before the acquire's reply ar
 func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bool) error {
 	for {
 		fence := fenced && lk.fence == 0
-		id, _ := lk.setting(ttl)
+		id, gen, _ := lk.setting(ttl)
 		r, err := bounded(ctx, l.direct, func(ctx context.Context) (refreshResult, error) {
-			held, f, err := runRefresh(ctx, l.client, lk.key, lk.token, lk.mode, ttl, fence)
-			lk.settled(id, err == nil && held)
-			return refreshResult{held, f}, err
+			res, err := runRefresh(ctx, l.client, lk.key, lk.token, lk.mode, ttl, gen, fence)
+			lk.settled(id, outcomeOf(res, err))
+			return res, err
 		}, nil)
 		switch {
 		case err == nil && !r.held:
 			lk.markLost()
-			return errLeaseRanOut
+			return failed("acquire", lk.key, errLeaseRanOut)
 		case err != nil:
 			l.releaseLater(lk)
 			return failed("acquire", lk.key, err)
 		}
-		lk.mu.Lock()
-		if fence {
-			lk.fence = r.fence
+		if r.set {
+			lk.mu.Lock()
+			if fence {
+				lk.fence = r.fence
+			}
+			lk.mu.Unlock()
+			lk.newGeneration(ttl)
 		}
-		lk.mu.Unlock()
-		lk.newGeneration(ttl)
-		if time.Until(lk.Until()) >= ttl/2 {
+		if time.Until(lk.Until()) >= ttl/2 && (!fenced || lk.fence > 0) {
 			return nil
 		}
 		// The reply came so late that little of the lease is left: renew
 		// again (until ctx ends).
 	}
-}
-
-// refreshResult is runRefresh's outcome, for bounded.
-type refreshResult struct {
-	held  bool
-	fence int64
 }
 
 // giveUp ends an Obtain that waited in line: it leaves the line, and
@@ -162,7 +163,7 @@ func (l *Locker) releaseLater(lk *Lock) {
 	}
 	lk.markReleased()
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), l.releaseBound())
 		defer cancel()
 		lk.release(ctx)
 	}()

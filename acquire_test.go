@@ -2,8 +2,12 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
+	"math/rand/v2"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,6 +145,51 @@ func TestAcquire_StallLongerThanTTL(t *testing.T) {
 			assert.Greater(t, left, ttl/2, "returned with the lease (almost) over")
 			assert.Equal(t, lk.Token(), rdb.Get(ctx, "k").Val())
 			require.NoError(t, lk.Release(ctx))
+		})
+	}
+}
+
+// Another owner holds the key the whole time and Redis answers every
+// attempt: each Obtain that waits until its deadline says ErrNotObtained
+// (another owner kept the key until the deadline), also on a client with
+// ContextTimeoutEnabled over a 30 ms link, where the deadline often falls
+// while an attempt is under way.
+func TestAcquire_DeadlineDuringAttemptIsContention(t *testing.T) {
+	for _, cte := range []bool{false, true} {
+		name := "default"
+		if cte {
+			name = "ContextTimeoutEnabled"
+		}
+		t.Run(name, func(t *testing.T) {
+			b := realBackend(t)
+			ctx := ctxT(t, 60*time.Second)
+			holderC, _ := b.client(t)
+			_, err := redislock.New(holderC).Obtain(ctx, "k", time.Minute)
+			require.NoError(t, err)
+			sc := &slowConns{lag: 30 * time.Millisecond}
+			rdb, _ := b.client(t, func(o *redis.Options) { o.Dialer = sc.dial; o.ContextTimeoutEnabled = cte })
+			var notObtained, other atomic.Int64
+			var wg sync.WaitGroup
+			for i := range 20 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					d := time.Duration(200+rand.IntN(600)) * time.Millisecond
+					c, cancel := context.WithTimeout(ctx, d)
+					defer cancel()
+					_, err := redislock.New(rdb).Obtain(c, "k", time.Second)
+					if errors.Is(err, redislock.ErrNotObtained) {
+						notObtained.Add(1)
+					} else {
+						other.Add(1)
+						t.Logf("#%d (deadline %v): %v", i, d, err)
+					}
+				}()
+				time.Sleep(50 * time.Millisecond)
+			}
+			wg.Wait()
+			t.Logf("ErrNotObtained: %d, other: %d", notObtained.Load(), other.Load())
+			assert.Zero(t, other.Load())
 		})
 	}
 }

@@ -253,3 +253,75 @@ func ExampleLocker_Obtain_tokenRefresh() {
 	fmt.Println("refreshed", refreshes.Load(), "time(s)")
 	// Output: refreshed 1 time(s)
 }
+
+// A function that takes a lock can call another that takes the same lock:
+// with the context WithLock gave it, the inner WithLock joins the outer one
+// instead of waiting for it (forever) to end.
+func ExampleLock_Context() {
+	rdb, done := exampleClient()
+	defer done()
+	locker := redislock.New(rdb)
+	ctx := context.Background()
+
+	saveOrder := func(ctx context.Context) error {
+		return locker.WithLock(ctx, "order:42", func(ctx context.Context) error {
+			fmt.Println("saving, under the lock")
+			return nil
+		})
+	}
+	err := locker.WithLock(ctx, "order:42", func(ctx context.Context) error {
+		fmt.Println("checking, under the lock")
+		return saveOrder(ctx) // joins: the same lock, one more hold
+	})
+	fmt.Println("done:", err)
+	// Output:
+	// checking, under the lock
+	// saving, under the lock
+	// done: <nil>
+}
+
+// A read-write lock: readers share the key, a writer holds it alone.
+func ExampleWithShared() {
+	rdb, done := exampleClient()
+	defer done()
+	locker := redislock.New(rdb)
+	ctx := context.Background()
+
+	r1, _ := locker.Obtain(ctx, "config", time.Minute, redislock.WithShared())
+	r2, _ := locker.Obtain(ctx, "config", time.Minute, redislock.WithShared())
+	_, err := locker.TryObtain(ctx, "config", time.Minute) // the writer
+	fmt.Println("two readers; the writer:", errors.Is(err, redislock.ErrNotObtained))
+
+	_ = r1.Release(ctx)
+	_ = r2.Release(ctx)
+	w, err := locker.TryObtain(ctx, "config", time.Minute)
+	fmt.Println("no reader; the writer:", err == nil)
+	_ = w.Release(ctx)
+	// Output:
+	// two readers; the writer: true
+	// no reader; the writer: true
+}
+
+// A semaphore: at most 2 calls to a rate-limited API at once, across all
+// processes; each permit has its own lease, so a crashed holder frees its
+// permit when its lease ends.
+func ExampleWithPermits() {
+	rdb, done := exampleClient()
+	defer done()
+	locker := redislock.New(rdb)
+	ctx := context.Background()
+	two := redislock.WithPermits(2)
+
+	p1, _ := locker.Obtain(ctx, "partner-api", 30*time.Second, two)
+	p2, _ := locker.Obtain(ctx, "partner-api", 30*time.Second, two)
+	_, err := locker.TryObtain(ctx, "partner-api", 30*time.Second, two)
+	fmt.Println("third call waits:", errors.Is(err, redislock.ErrNotObtained))
+	_ = p1.Release(ctx)
+	p3, err := locker.TryObtain(ctx, "partner-api", 30*time.Second, two)
+	fmt.Println("after a release:", err == nil)
+	_ = p2.Release(ctx)
+	_ = p3.Release(ctx)
+	// Output:
+	// third call waits: true
+	// after a release: true
+}

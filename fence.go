@@ -80,10 +80,10 @@ func SetFenced(ctx context.Context, client redis.UniversalClient, key, value str
 		return result{ok, seen}, err
 	}, nil)
 	if err != nil {
-		return err
+		return failed("write", key, err)
 	}
 	if !res.ok {
-		return fmt.Errorf("%w (%q: fence %d < %d)", ErrFenceRejected, key, fence, res.seen)
+		return fmt.Errorf("%w (%s: fence %d < %d)", ErrFenceRejected, quoteKey(key), fence, res.seen)
 	}
 	return nil
 }

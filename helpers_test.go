@@ -202,14 +202,15 @@ func obtainAsync(ctx context.Context, l *redislock.Locker, key string, ttl time.
 }
 
 // withoutMarks returns keys without the release marks, which a Release
-// leaves for a while (they must expire).
+// leaves for a while: they must expire, within twice go-redis's retry
+// window (50 s with default options).
 func withoutMarks(t testing.TB, rdb redis.UniversalClient, keys []string) []string {
 	t.Helper()
 	var rest []string
 	for _, k := range keys {
 		if strings.Contains(k, "}:redislock:released:") {
 			pttl := rdb.PTTL(context.Background(), k).Val()
-			require.True(t, pttl > 0 && pttl <= 10*time.Second, "release mark %q expires in %v", k, pttl)
+			require.True(t, pttl > 0 && pttl <= 50*time.Second, "release mark %q expires in %v", k, pttl)
 			continue
 		}
 		rest = append(rest, k)
@@ -302,4 +303,136 @@ func (c *deadConn) SetDeadline(t time.Time) error {
 func (c *deadConn) Close() error {
 	c.closeOnce.Do(func() { close(c.closed) })
 	return c.Conn.Close()
+}
+
+// lagConns is a go-redis Dialer whose next write matching a predicate is
+// delivered to Redis only after a delay, as a TCP segment that is lost and
+// retransmitted: go-redis times the read out and closes the connection, but
+// the kernel still delivers the buffered bytes before the FIN (close() with
+// unsent data in the send buffer goes on sending it).
+type lagConns struct {
+	next  atomic.Pointer[func([]byte) bool]
+	delay time.Duration
+	hits  atomic.Int64
+	wg    sync.WaitGroup
+	ran   chan time.Time // when the delayed bytes were written to Redis
+}
+
+func (d *lagConns) lagNext(match func([]byte) bool) { d.next.Store(&match) }
+
+func (d *lagConns) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var dialer net.Dialer
+	c, err := dialer.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &lagConn{Conn: c, owner: d}, nil
+}
+
+type lagConn struct {
+	net.Conn
+	owner   *lagConns
+	mu      sync.Mutex
+	pending bool
+	closing bool
+}
+
+func (c *lagConn) Write(b []byte) (int, error) {
+	if m := c.owner.next.Load(); m != nil && (*m)(b) && c.owner.next.CompareAndSwap(m, nil) {
+		buf := append([]byte(nil), b...)
+		c.mu.Lock()
+		c.pending = true
+		c.mu.Unlock()
+		c.owner.hits.Add(1)
+		c.owner.wg.Add(1)
+		go func() {
+			defer c.owner.wg.Done()
+			time.Sleep(c.owner.delay)
+			_ = c.Conn.SetWriteDeadline(time.Time{}) // the bytes were in the kernel's buffer
+			_, werr := c.Conn.Write(buf)
+			lagLog(werr, buf)
+			if c.owner.ran != nil {
+				select {
+				case c.owner.ran <- time.Now():
+				default:
+				}
+			}
+			time.Sleep(20 * time.Millisecond) // let Redis read it before the FIN
+			c.mu.Lock()
+			c.pending = false
+			closing := c.closing
+			c.mu.Unlock()
+			if closing {
+				_ = c.Conn.Close()
+			}
+		}()
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+var lagLog = func(err error, b []byte) {}
+
+func (c *lagConn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending {
+		c.closing = true
+		return nil
+	}
+	return c.Conn.Close()
+}
+
+// until - now, and PTTL of key, measured right after.
+func leaseGap(t *testing.T, rdb *redis.Client, lk *redislock.Lock) (local, redisLeft time.Duration) {
+	t.Helper()
+	pttl := rdb.PTTL(context.Background(), lk.Key()).Val()
+	local = time.Until(lk.Until())
+	return local, pttl
+}
+
+// slowConns delays every write by lag, honouring the write deadline (a
+// slow link: 30 ms one way).
+type slowConns struct{ lag time.Duration }
+
+func (s *slowConns) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &slowConn{Conn: c, lag: s.lag}, nil
+}
+
+type slowConn struct {
+	net.Conn
+	lag time.Duration
+	mu  sync.Mutex
+	wd  time.Time
+}
+
+func (c *slowConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.wd = t
+	c.mu.Unlock()
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *slowConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.wd = t
+	c.mu.Unlock()
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *slowConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	wd := c.wd
+	c.mu.Unlock()
+	if !wd.IsZero() && time.Until(wd) < c.lag {
+		time.Sleep(max(time.Until(wd), 0))
+		return 0, os.ErrDeadlineExceeded
+	}
+	time.Sleep(c.lag)
+	return c.Conn.Write(b)
 }

@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -304,27 +305,39 @@ func (k *keeper) due(l *Locker, run *keeperRun) (batches [][]*renewal, next time
 // in one pipeline, bounded by the shortest time any of them has left, and
 // settles them when the replies are in.
 func (k *keeper) renew(l *Locker, batch []*renewal) {
-	ttls := make([]time.Duration, len(batch))
-	ids := make([]uint64, len(batch))
+	var ttls []time.Duration
+	var ids []uint64
+	var gens []int64
 	bound := time.Hour
-	for i, r := range batch {
+	kept := batch[:0:0]
+	for _, r := range batch {
 		until, ttl := r.lk.lease()
-		ttls[i] = ttl
-		ids[i], _ = r.lk.setting(ttl)
+		id, gen, ok := r.lk.setting(ttl)
+		if !ok { // released meanwhile
+			k.mu.Lock()
+			r.inflight--
+			k.mu.Unlock()
+			continue
+		}
+		kept, ttls, ids, gens = append(kept, r), append(ttls, ttl), append(ids, id), append(gens, gen)
 		bound = min(bound, time.Until(until))
+	}
+	if batch = kept; len(batch) == 0 {
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(bound, renewRetry))
 	defer cancel()
-	res, err := l.refreshAll(ctx, batch, ttls)
-	if err != nil && !refused(err) {
-		l.reloadState()
-	}
+	res, err := l.refreshAll(ctx, batch, ttls, gens)
+	l.noteErr(err)
 	retry := time.Now().Add(renewRetry)
 	for i, r := range batch {
-		r.lk.settled(ids[i], res != nil && res[i] == 1)
+		out := outcomeUnknown
+		if res != nil {
+			out = map[int64]outcome{1: outcomeSet, 2: outcomeNotSet, 0: outcomeNotSet, -1: outcomeUnknown}[res[i]]
+		}
+		r.lk.settled(ids[i], out)
 		if res != nil && res[i] == 0 {
 			r.lk.markLost()
-			r.cancel(ErrLockLost)
 		}
 	}
 	k.mu.Lock()
@@ -332,7 +345,7 @@ func (k *keeper) renew(l *Locker, batch []*renewal) {
 	for i, r := range batch {
 		r.inflight--
 		switch {
-		case res != nil && res[i] == 1:
+		case res != nil && res[i] >= 1:
 			until, ttl := r.lk.lease()
 			r.due, r.ttl = until.Add(-ttl*2/3), ttl
 		case r.inflight == 0:
@@ -345,7 +358,10 @@ func (k *keeper) renew(l *Locker, batch []*renewal) {
 }
 
 // nodeOf returns the address of the Redis node that serves key, for a
-// ClusterClient, or "" (one node for all keys) for other clients.
+// ClusterClient, or "" (one node for all keys) for other clients. When the
+// ClusterClient cannot tell (its slot map is being reloaded), it returns
+// the key's slot instead: the renewals of one slot are served by one node,
+// so a pipeline never waits on two.
 func (l *Locker) nodeOf(key string) string {
 	c, ok := l.client.(*redis.ClusterClient)
 	if !ok {
@@ -355,31 +371,41 @@ func (l *Locker) nodeOf(key string) string {
 	defer cancel()
 	node, err := c.MasterForKey(ctx, key)
 	if err != nil {
-		return ""
+		return "slot " + strconv.Itoa(int(slot(hashPart(key))))
 	}
 	return node.Options().Addr
 }
 
-// reloadState asks a ClusterClient to reload its slot map after a command
-// failed: go-redis does so by itself after MOVED replies, not after a
-// master died, and a failover would otherwise go unseen for a minute.
-func (l *Locker) reloadState() {
+// noteErr asks a ClusterClient to reload its slot map after a command
+// failed on the network: go-redis does so by itself after MOVED replies,
+// not after a master died, and a failover would otherwise go unseen for a
+// minute. (ReloadState only marks the map for a reload in the background.)
+func (l *Locker) noteErr(err error) {
+	if err == nil || refused(err) || isCtxErr(err) {
+		return
+	}
 	if c, ok := l.client.(*redis.ClusterClient); ok {
 		c.ReloadState(context.Background())
 	}
 }
 
-// refreshAll runs refreshScript for every lease of batch in one pipeline. It
-// returns 1 (renewed), 0 (lost) or -1 (error) per lease, or nil when none
-// got an answer. After SCRIPT FLUSH the leases whose EVALSHA said NOSCRIPT
-// are sent again with EVAL, which loads the script.
-func (l *Locker) refreshAll(ctx context.Context, batch []*renewal, ttls []time.Duration) ([]int64, error) {
+// isCtxErr reports whether err is a context's end.
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+// refreshAll runs refreshScript (holderRefreshScript) for every lease of
+// batch in one pipeline. It returns 1 (renewed), 2 (held, but a command of
+// a later generation ran: not renewed), 0 (lost) or -1 (error) per lease,
+// or nil when none got an answer. After SCRIPT FLUSH the leases whose
+// EVALSHA said NOSCRIPT are sent again with EVAL, which loads the script.
+func (l *Locker) refreshAll(ctx context.Context, batch []*renewal, ttls []time.Duration, gens []int64) ([]int64, error) {
 	cmds := make([]*redis.Cmd, len(batch))
 	run := func(idx []int, sha bool) error {
 		_, err := l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range idx {
 				lk := batch[i].lk
-				script, keys, args := refreshCall(lk.key, lk.token, lk.mode, ttls[i], false)
+				script, keys, args := refreshCall(lk.key, lk.token, lk.mode, ttls[i], gens[i], false)
 				if sha {
 					cmds[i] = script.EvalSha(ctx, p, keys, args...)
 				} else {

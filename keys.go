@@ -13,6 +13,7 @@ const (
 	placesKind  = "places"  // each place's deadline, lease and Locker
 	readersKind = "readers" // the shared holders of a read-write lock
 	limitKind   = "limit"   // a semaphore's number of permits
+	gensKind    = "gens"    // the generations of the holders' leases
 
 	// releasedKind, followed by ":" and a token, is the release mark of the
 	// lock of that token (see releaseScript).

@@ -286,7 +286,10 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln.inflight--
-	ln.lastErr = err
+	if !isCtxErr(err) {
+		ln.lastErr = err // a caller's deadline says nothing about Redis
+	}
+	l.noteErr(err)
 	switch {
 	case err == nil && res.ours:
 		ln.handed = nil
@@ -471,7 +474,10 @@ func (ls *lines) pass(lk *Lock) bool {
 		return false
 	}
 	lk.released = true
-	next := &Lock{locker: lk.locker, key: lk.key, token: lk.token, holds: 1, clock: leaseClock{until: lk.clock.until, ttl: w.ttl}}
+	// The receiver's lease commands start a generation of their own, so that
+	// no late command of the passer can change the lease after them.
+	next := &Lock{locker: lk.locker, key: lk.key, token: lk.token, holds: 1,
+		clock: leaseClock{until: lk.clock.until, ttl: w.ttl, gen: lk.clock.gen + 1}}
 	ln.waiters = ln.waiters[1:]
 	w.lock = next
 	w.poke()

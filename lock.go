@@ -42,74 +42,93 @@ func newLock(l *Locker, key, token string, m mode, fence int64, ttl time.Duratio
 // (several may be in flight, see keeper), Refresh, claims.
 //
 // Invariant: until is never later than the key's expiry in Redis, whatever
-// the order in which Redis runs the commands in flight. The argument: a
-// command sent at S that sets the lease to ttl sets the expiry to E + ttl,
-// where E >= S is when Redis runs it, and the expiry is that of the command
-// Redis ran last. So
+// the order in which Redis runs the commands in flight, and even when one
+// runs late or twice (go-redis sends a command again after a timeout, and a
+// closed connection still delivers what it had sent). The argument:
 //
-//   - send lowers until to S + ttl at once, before Redis can run the
-//     command: whenever it runs, the expiry stays at or above until;
-//   - settle, when a command sent at S that set the lease to ttl is known
-//     to have run, raises until to S + ttl, but not above max(S, S') + ttl'
-//     for any command (S', ttl') that Redis may have run after it: those
-//     still in flight, and those whose outcome arrived after S (the order of
-//     two commands in flight together is unknown). Such a command ran at
-//     some E' >= S' and, being later, E' >= S: it left the expiry at
-//     E' + ttl' >= max(S, S') + ttl'. So a renewal of the same ttl still in
-//     flight (on a dead connection, say) does not hold until back, and a
-//     shorter Refresh in flight does.
-//
-// A command that failed (a lost connection) is taken to have run before its
-// failure was reported, or not at all: go-redis closes the connection, and
-// Redis runs what it has received from a connection before it notices the
-// close.
-//
-// A Refresh starts a new generation: ttl changes, so renewals scheduled
-// after it renew to the new ttl and are due a third of it after it was sent.
-// Renewals of the old generation still in flight can no longer raise until
-// above the Refresh's S + ttl (see settle).
+//   - Each command carries a generation. A command that changes the lease's
+//     length (Refresh, a claim) starts a new one, and so does the first
+//     command after such a command failed. Redis keeps, per holder, the
+//     highest generation it ran, and refuses a command of a lower one (the
+//     gens key; see refreshScript). So the commands that set the lease, in
+//     the order Redis runs them, are of generations that never go down,
+//     and within a generation all set the same length.
+//   - A command sent at S that sets the lease to ttl sets the expiry to
+//     E + ttl, where E >= S is when Redis runs it; the expiry is that of the
+//     last one Redis ran. send lowers until to S + ttl at once, before Redis
+//     can run the command: whenever it runs, the expiry stays at or above
+//     until.
+//   - settle, when a command sent at S that set the lease to ttl is known to
+//     have run, raises until to S + ttl, but not above max(S, S') + ttl' for
+//     any command (S', ttl') of the same or a later generation that Redis
+//     may run after it: those in flight, those that failed (they may still
+//     run), and those whose outcome arrived after S. Such a command runs at
+//     some E' >= S' and, being later, E' >= S: it leaves the expiry at
+//     E' + ttl' >= max(S, S') + ttl'. A command of an earlier generation
+//     cannot run after it: Redis refuses it. So a late copy of a shorter
+//     Refresh cannot shorten the lease behind until's back, and a renewal of
+//     the same length stuck on a dead connection does not hold until back.
 type leaseClock struct {
 	until time.Time
 	ttl   time.Duration // the lease renewals set: the acquisition's, or the latest Refresh's
+	gen   int64         // the generation of the commands sent from now on
 	cmds  []leaseCmd    // commands that Redis may run after one in flight
 	last  uint64        // the id of the latest command sent
 }
 
 // A leaseCmd is a command that sets the lease.
 type leaseCmd struct {
-	id   uint64
-	sent time.Time
-	ttl  time.Duration
-	done time.Time // when its outcome arrived; zero while in flight
+	id     uint64
+	sent   time.Time
+	ttl    time.Duration
+	gen    int64
+	done   time.Time // when its outcome arrived; zero while in flight
+	failed bool      // its outcome is unknown: it may still run
 }
 
 // send records a command that sets the lease to ttl, sent now, and returns
-// its id for settle. moved reports that until changed.
-func (c *leaseClock) send(sent time.Time, ttl time.Duration) (id uint64, moved bool) {
+// its id and generation. A command that changes the lease's length starts
+// a new generation. moved reports that until changed.
+func (c *leaseClock) send(sent time.Time, ttl time.Duration) (id uint64, gen int64, moved bool) {
+	if ttl != c.ttl {
+		c.gen++
+	}
 	end := sent.Add(ttl)
 	if end.Before(c.until) {
 		c.until, moved = end, true
 	}
 	c.last++
-	c.cmds = append(c.cmds, leaseCmd{id: c.last, sent: sent, ttl: ttl})
-	return c.last, moved
+	c.cmds = append(c.cmds, leaseCmd{id: c.last, sent: sent, ttl: ttl, gen: c.gen})
+	return c.last, c.gen, moved
 }
 
-// settle records the outcome of command id: set reports that it ran and set
-// the lease. moved reports that until changed.
-func (c *leaseClock) settle(id uint64, set bool) (moved bool) {
+// An outcome is what became of a command that sets the lease.
+type outcome int
+
+const (
+	outcomeSet     outcome = iota // it ran and set the lease
+	outcomeNotSet                 // it ran and did not (the key was not ours, or a later generation had run)
+	outcomeUnknown                // it failed: it may have run, or run later
+)
+
+// settle records the outcome of command id. moved reports that until
+// changed.
+func (c *leaseClock) settle(id uint64, out outcome) (moved bool) {
 	now := time.Now()
 	i := slices.IndexFunc(c.cmds, func(x leaseCmd) bool { return x.id == id })
 	if i < 0 {
 		return false
 	}
-	c.cmds[i].done = now
+	c.cmds[i].done, c.cmds[i].failed = now, out == outcomeUnknown
 	me := c.cmds[i]
-	if set {
+	if out == outcomeUnknown && me.ttl != c.ttl {
+		c.gen++ // what follows must supersede it, should it run late
+	}
+	if out == outcomeSet {
 		end := me.sent.Add(me.ttl)
 		for _, o := range c.cmds {
-			if o.id != id && (o.done.IsZero() || o.done.After(me.sent)) {
-				// o may have run after me: it left at least this.
+			if o.id != id && o.gen >= me.gen && (o.done.IsZero() || o.failed || o.done.After(me.sent)) {
+				// o may run after me: it leaves at least this.
 				if e := maxTime(me.sent, o.sent).Add(o.ttl); e.Before(end) {
 					end = e
 				}
@@ -119,15 +138,35 @@ func (c *leaseClock) settle(id uint64, set bool) (moved bool) {
 			c.until, moved = end, true
 		}
 	}
-	// Keep only what a command in flight may have to be compared with.
+	c.prune(now)
+	return moved
+}
+
+// prune forgets the commands that can no longer bound until: those that
+// ran before every command in flight was sent, and failed ones that a later
+// generation has superseded or that are no shorter than the lease set now.
+func (c *leaseClock) prune(now time.Time) {
 	oldest := now
+	var setGen int64 = -1
 	for _, o := range c.cmds {
 		if o.done.IsZero() && o.sent.Before(oldest) {
 			oldest = o.sent
 		}
 	}
-	c.cmds = slices.DeleteFunc(c.cmds, func(o leaseCmd) bool { return !o.done.IsZero() && !o.done.After(oldest) })
-	return moved
+	for _, o := range c.cmds {
+		if !o.done.IsZero() && !o.failed {
+			setGen = max(setGen, o.gen)
+		}
+	}
+	c.cmds = slices.DeleteFunc(c.cmds, func(o leaseCmd) bool {
+		switch {
+		case o.done.IsZero():
+			return false
+		case o.failed:
+			return o.gen < setGen || o.ttl >= c.ttl
+		}
+		return !o.done.After(oldest)
+	})
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -143,25 +182,40 @@ func (c *leaseClock) busy() bool {
 }
 
 // setting records, under lk.mu, that a command setting the lease to ttl is
-// sent now; settled records its outcome. Both move the lost-lock timer of
-// KeepAlive along with the lease.
-func (lk *Lock) setting(ttl time.Duration) (id uint64, sent time.Time) {
+// sent now, and returns its id and generation; ok is false when lk is
+// released or being released (a pass hands its lease on: nothing may
+// change it any more). settled records the outcome. Both move the
+// lost-lock timer of KeepAlive along with the lease.
+func (lk *Lock) setting(ttl time.Duration) (id uint64, gen int64, ok bool) {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
-	sent = time.Now()
-	id, moved := lk.clock.send(sent, ttl)
+	if lk.released || lk.releasing {
+		return 0, 0, false
+	}
+	id, gen, moved := lk.clock.send(time.Now(), ttl)
 	if moved {
 		lk.moveExpiry()
 	}
-	return id, sent
+	return id, gen, true
 }
 
-func (lk *Lock) settled(id uint64, set bool) {
+func (lk *Lock) settled(id uint64, out outcome) {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
-	if lk.clock.settle(id, set) {
+	if lk.clock.settle(id, out) {
 		lk.moveExpiry()
 	}
+}
+
+// outcomeOf is the outcome of a refresh that returned (res, err).
+func outcomeOf(res refreshResult, err error) outcome {
+	switch {
+	case err != nil && !refused(err):
+		return outcomeUnknown
+	case err == nil && res.set:
+		return outcomeSet
+	}
+	return outcomeNotSet
 }
 
 // Key returns the key the lock is held on.
@@ -196,18 +250,20 @@ func (lk *Lock) Until() time.Time {
 // stops KeepAlive's renewals first.
 //
 // It returns nil when it released the lock, also when Redis ran it but its
-// reply was lost and go-redis sent it again (a mark kept for releaseMark
-// tells the second run that the first one released it). It returns
-// ErrNotHeld when the key no longer held the lock: its lease ran out, or
-// another client took the key (a Lock released once returns ErrNotHeld at
-// once, without contacting Redis).
+// reply was lost and go-redis (or the caller) sent it again: a mark kept
+// twice as long as go-redis may take with a command tells the second run
+// that the first one released it. It returns ErrNotHeld when the key no
+// longer held the lock: its lease ran out, or another client took the key
+// (a Lock released once returns ErrNotHeld at once, without contacting
+// Redis).
 //
 // Release returns when ctx is done even if Redis does not answer; the
-// release then goes on in the background, bounded to 5 seconds, and the
-// error says so. A ctx already done (a request's, ended: the usual
-// `defer lock.Release(ctx)`) releases in the background the same way, so
-// that no lock is left behind. Other errors come from Redis, and leave the
-// lock as it was: Release may be called again.
+// release then goes on in the background, for as long as go-redis may take
+// with it, and the error says so. A ctx already done (a request's, ended:
+// the usual `defer lock.Release(ctx)`) releases in the background the same
+// way, so that no lock is left behind. Other errors come from Redis: the
+// release may or may not have run, and Release may be called again (a
+// release that ran is recognized by its mark).
 func (lk *Lock) Release(ctx context.Context) error {
 	a, last, ok := lk.endHandle()
 	if !ok {
@@ -239,8 +295,9 @@ func (lk *Lock) end(ctx context.Context) error {
 		return fmt.Errorf("redislock: release %s goes on in the background: %w", quoteKey(lk.key), err)
 	}
 	ln, leave := l.lines.releasing(lk)
-	res, err := detached(ctx, l.direct, forgetTimeout, func(ctx context.Context) (releaseResult, error) {
-		res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, mode: lk.mode, leave: leave, mark: releaseMark})
+	res, err := detached(ctx, l.direct, l.releaseBound(), func(ctx context.Context) (releaseResult, error) {
+		res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, mode: lk.mode, leave: leave, mark: l.releaseMark()})
+		l.noteErr(err)
 		l.lines.released(l, lk.key, ln, res, err)
 		return res, err
 	})
@@ -267,10 +324,12 @@ func (lk *Lock) end(ctx context.Context) error {
 	return nil
 }
 
-// releaseMark is how long a release leaves its mark: longer than go-redis
-// takes to send a command again after a lost reply (a read timeout, 3 s by
-// default, and a backoff of at most 512 ms).
-const releaseMark = 10 * time.Second
+// releaseBound is how long a release goes on in the background once its
+// caller stopped waiting: long enough for go-redis to send it again after a
+// timeout. releaseMark is how long a release leaves its mark: twice that.
+func (l *Locker) releaseBound() time.Duration { return max(forgetTimeout, l.retry+time.Second) }
+
+func (l *Locker) releaseMark() time.Duration { return max(10*time.Second, 2*l.releaseBound()) }
 
 // beginRelease claims lk's release for the caller: false when lk is
 // released, or another Release of it is under way.
@@ -288,9 +347,13 @@ func (lk *Lock) beginRelease() bool {
 // renewal found the key gone or owned by another): its lease ends now.
 func (lk *Lock) markLost() {
 	lk.mu.Lock()
-	defer lk.mu.Unlock()
 	if now := time.Now(); lk.clock.until.After(now) {
 		lk.clock.until = now
+	}
+	r := lk.renewal
+	lk.mu.Unlock()
+	if r != nil {
+		r.cancel(ErrLockLost)
 	}
 }
 
@@ -307,7 +370,7 @@ func (lk *Lock) markReleased() {
 func (lk *Lock) release(ctx context.Context) {
 	l := lk.locker
 	ln, leave := l.lines.releasing(lk)
-	res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, mode: lk.mode, leave: leave, mark: releaseMark})
+	res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, mode: lk.mode, leave: leave, mark: l.releaseMark()})
 	l.lines.released(l, lk.key, ln, res, err)
 }
 
@@ -323,16 +386,19 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	lk = lk.acquisition()
 	ttl = ttl.Truncate(time.Millisecond)
-	id, _ := lk.setting(ttl)
-	held, err := bounded(ctx, lk.locker.direct, func(ctx context.Context) (bool, error) {
-		held, _, err := runRefresh(ctx, lk.locker.client, lk.key, lk.token, lk.mode, ttl, false)
-		lk.settled(id, err == nil && held)
-		return held, err
+	id, gen, ok := lk.setting(ttl)
+	if !ok {
+		return ErrNotHeld
+	}
+	res, err := bounded(ctx, lk.locker.direct, func(ctx context.Context) (refreshResult, error) {
+		res, err := runRefresh(ctx, lk.locker.client, lk.key, lk.token, lk.mode, ttl, gen, false)
+		lk.settled(id, outcomeOf(res, err))
+		return res, err
 	}, nil)
 	if err != nil {
 		return failed("refresh", lk.key, err)
 	}
-	if !held {
+	if !res.held {
 		lk.markLost()
 		return ErrNotHeld
 	}

@@ -465,3 +465,231 @@ func TestRelease_DoneContextStillReleases(t *testing.T) {
 		assert.ErrorIs(t, lk.Release(ctx), redislock.ErrNotHeld, "released once")
 	})
 }
+
+// A Refresh to a short lease whose first copy is delayed in the network
+// (go-redis times the read out and retries it on another connection, which
+// succeeds), then a Refresh to a long lease: the delayed copy of the short
+// one runs last in Redis. Until must never be later than the expiry.
+func TestLeaseClock_DelayedCopyOfShortRefresh(t *testing.T) {
+	b := realBackend(t)
+	lc := &lagConns{delay: time.Second, ran: make(chan time.Time, 1)}
+	rdb, _ := b.client(t, func(o *redis.Options) {
+		o.Dialer = lc.dial
+		o.ReadTimeout = 100 * time.Millisecond
+	})
+	checker, _ := b.client(t)
+	ctx := ctxT(t, 20*time.Second)
+	lk, err := redislock.New(rdb).Obtain(ctx, "k", 5*time.Second)
+	require.NoError(t, err)
+
+	lc.lagNext(func(b []byte) bool {
+		return bytes.Contains(b, []byte(redislock.RefreshScriptHash)) && bytes.Contains(b, []byte("\r\n300\r\n"))
+	})
+	require.NoError(t, lk.Refresh(ctx, 300*time.Millisecond), "go-redis retried it on another connection")
+	require.NoError(t, lk.Refresh(ctx, 5*time.Second))
+	ranAt := <-lc.ran
+	time.Sleep(50 * time.Millisecond)
+	local, left := leaseGap(t, checker, lk)
+	t.Logf("delayed copy ran %v ago; Until-now=%v, PTTL=%v", time.Since(ranAt), local, left)
+	require.LessOrEqual(t, local, left+5*time.Millisecond, "Until is later than the key's expiry")
+	lc.wg.Wait()
+}
+
+// The same with KeepAlive: a renewal of a 300 ms lease whose first copy is
+// delayed (go-redis retries it), then Refresh to 5 s. The kept context must
+// never be live while another client can obtain the key.
+func TestLeaseClock_DelayedRenewalThenLongerRefresh(t *testing.T) {
+	b := realBackend(t)
+	lc := &lagConns{delay: time.Second, ran: make(chan time.Time, 1)}
+	rdb, _ := b.client(t, func(o *redis.Options) {
+		o.Dialer = lc.dial
+		o.ReadTimeout = 60 * time.Millisecond
+	})
+	checker, _ := b.client(t)
+	ctx := ctxT(t, 20*time.Second)
+	lk, err := redislock.New(rdb).Obtain(ctx, "k", 300*time.Millisecond)
+	require.NoError(t, err)
+	renewedOK := make(chan struct{})
+	var once sync.Once
+	rdb.AddHook(hook{after: func(cmd redis.Cmder, err error) {
+		if err == nil && runs(cmd, redislock.RefreshScriptHash) && lc.hits.Load() == 1 {
+			once.Do(func() { close(renewedOK) })
+		}
+	}})
+	lc.lagNext(func(b []byte) bool {
+		return bytes.Contains(b, []byte(redislock.RefreshScriptHash)) && bytes.Contains(b, []byte("\r\n300\r\n"))
+	})
+	lctx := lk.KeepAlive(ctx)
+	lostAt := watchLost(lctx)
+	<-renewedOK // the renewal was retried and succeeded; its first copy is still on the way
+	require.NoError(t, lk.Refresh(ctx, 5*time.Second))
+	other, _ := b.client(t)
+	got := competeUntil(t, other, "k", 2*time.Second)
+	local, left := leaseGap(t, checker, lk)
+	t.Logf("got=%v lost=%v live=%v Until-now=%v PTTL=%v", got.Format("15:04:05.000"), lostAt().Format("15:04:05.000"), lctx.Err() == nil, local, left)
+	if !got.IsZero() {
+		lost := lostAt()
+		require.False(t, lost.IsZero() || lost.After(got), "another client obtained the key at %v while the kept context was live (lost at %v)", got, lost)
+	}
+	_ = lk.Release(ctx)
+	lc.wg.Wait()
+}
+
+// A Refresh to a short lease that fails (go-redis gives up after a read
+// timeout, no retries) while its bytes are still on their way, then a
+// Refresh to a long lease that succeeds: the late short one runs last in
+// Redis, which refuses it (an older generation), and Until is never later
+// than the expiry.
+func TestLeaseClock_FailedShortRefreshRunsLate(t *testing.T) {
+	b := realBackend(t)
+	lc := &lagConns{delay: time.Second, ran: make(chan time.Time, 1)}
+	rdb, _ := b.client(t, func(o *redis.Options) {
+		o.Dialer = lc.dial
+		o.ReadTimeout = 100 * time.Millisecond
+		o.MaxRetries = -1
+	})
+	checker, _ := b.client(t)
+	ctx := ctxT(t, 20*time.Second)
+	lk, err := redislock.New(rdb).Obtain(ctx, "k", 5*time.Second)
+	require.NoError(t, err)
+	lc.lagNext(func(b []byte) bool {
+		return bytes.Contains(b, []byte(redislock.RefreshScriptHash)) && bytes.Contains(b, []byte("\r\n300\r\n"))
+	})
+	err = lk.Refresh(ctx, 300*time.Millisecond)
+	t.Logf("short Refresh: %v", err)
+	require.Error(t, err)
+	require.NoError(t, lk.Refresh(ctx, 5*time.Second))
+	<-lc.ran
+	time.Sleep(50 * time.Millisecond)
+	local, left := leaseGap(t, checker, lk)
+	t.Logf("Until-now=%v, PTTL=%v", local, left)
+	require.LessOrEqual(t, local, left+5*time.Millisecond, "Until is later than the key's expiry")
+	lc.wg.Wait()
+}
+
+// Default client options (ReadTimeout 5 s, 3 retries): a renewal's first
+// copy is delayed 6.5 s (a TCP segment retransmitted with backoff); hedged
+// renewals keep the lease, go-redis gives up on the stuck one; then the
+// holder Refreshes to a longer lease, and the delayed copy runs after it.
+// The kept context is never live while another client can take the key.
+func TestLeaseClock_DelayedRenewalDefaultOptions(t *testing.T) {
+	b := realBackend(t)
+	lc := &lagConns{delay: 6500 * time.Millisecond, ran: make(chan time.Time, 1)}
+	rdb, _ := b.client(t, func(o *redis.Options) { o.Dialer = lc.dial })
+	ctx := ctxT(t, 30*time.Second)
+	lk, err := redislock.New(rdb).Obtain(ctx, "k", 1500*time.Millisecond)
+	require.NoError(t, err)
+	lc.lagNext(func(b []byte) bool {
+		return bytes.Contains(b, []byte(redislock.RefreshScriptHash)) && bytes.Contains(b, []byte("\r\n1500\r\n"))
+	})
+	lctx := lk.KeepAlive(ctx)
+	lostAt := watchLost(lctx)
+	time.Sleep(5700 * time.Millisecond) // the stuck renewal timed out (go-redis's 5 s read timeout) and settled
+	require.NoError(t, lctx.Err())
+	require.NoError(t, lk.Refresh(ctx, 10*time.Second))
+	other, _ := b.client(t)
+	got := competeUntil(t, other, "k", 3*time.Second)
+	t.Logf("got=%v lost=%v live=%v", got.Format("15:04:05.000"), lostAt().Format("15:04:05.000"), lctx.Err() == nil)
+	if !got.IsZero() {
+		lost := lostAt()
+		require.False(t, lost.IsZero() || lost.After(got), "another client obtained the key while the kept context was live")
+	}
+	_ = lk.Release(ctx)
+	lc.wg.Wait()
+}
+
+// TestLeaseClock_DelayedCopyOfShortRefresh with default client options:
+// the short Refresh's first copy is delayed 4 s.
+func TestLeaseClock_DelayedCopyOfShortRefreshDefaultOptions(t *testing.T) {
+	b := realBackend(t)
+	lc := &lagConns{delay: 4 * time.Second, ran: make(chan time.Time, 1)}
+	rdb, _ := b.client(t, func(o *redis.Options) { o.Dialer = lc.dial })
+	checker, _ := b.client(t)
+	ctx := ctxT(t, 20*time.Second)
+	lk, err := redislock.New(rdb).Obtain(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	lc.lagNext(func(b []byte) bool {
+		return bytes.Contains(b, []byte(redislock.RefreshScriptHash)) && bytes.Contains(b, []byte("\r\n2000\r\n"))
+	})
+	t0 := time.Now()
+	err = lk.Refresh(ctx, 2*time.Second)
+	t.Logf("short Refresh after %v: %v", time.Since(t0), err)
+	require.NoError(t, lk.Refresh(ctx, 10*time.Second))
+	<-lc.ran
+	time.Sleep(50 * time.Millisecond)
+	local, left := leaseGap(t, checker, lk)
+	t.Logf("Until-now=%v, PTTL=%v", local, left)
+	require.LessOrEqual(t, local, left+5*time.Millisecond, "Until is later than the key's expiry")
+	lc.wg.Wait()
+}
+
+// The holder's own TTL (or Refresh) finds the key gone: Until drops to now,
+// and the kept context ends at once (ErrLockLost), before another client
+// can hold the key.
+func TestLeaseClock_OwnCallFindsTheLockLost(t *testing.T) {
+	for _, op := range []string{"TTL", "Refresh"} {
+		t.Run(op, func(t *testing.T) {
+			b := realBackend(t)
+			ctx := ctxT(t, 20*time.Second)
+			rdb, _ := b.client(t)
+			other, _ := b.client(t)
+			lk, err := redislock.New(rdb).Obtain(ctx, "k", 3*time.Second)
+			require.NoError(t, err)
+			lctx := lk.KeepAlive(ctx)
+			require.NoError(t, rdb.Del(ctx, "k").Err()) // lost: restart without persistence, eviction
+			if op == "TTL" {
+				_, err = lk.TTL(ctx)
+			} else {
+				err = lk.Refresh(ctx, 3*time.Second)
+			}
+			require.ErrorIs(t, err, redislock.ErrNotHeld)
+			t.Logf("Until-now after ErrNotHeld: %v", time.Until(lk.Until()))
+			theirs, err := redislock.New(other).TryObtain(ctx, "k", 10*time.Second)
+			require.NoError(t, err, "another client takes the key")
+			defer func() { _ = theirs.Release(ctx) }()
+			assert.Error(t, lctx.Err(), "kept context live after the holder's own %s said ErrNotHeld and Until() passed, while another client holds the key", op)
+			assert.ErrorIs(t, context.Cause(lctx), redislock.ErrLockLost)
+		})
+	}
+}
+
+// A Lock is safe for concurrent use: a Refresh to a short lease racing the
+// Release that passes the lock to the next Obtain of the same Locker either
+// runs before the pass (which then does not pass while it is in flight) or
+// is refused (ErrNotHeld): the passed lock's Until is never later than the
+// key's expiry.
+func TestRelease_RefreshRacingPass(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 120*time.Second)
+	rdb, _ := b.client(t)
+	checker, _ := b.client(t)
+	locker := redislock.New(rdb)
+	bad, passed := 0, 0
+	for i := range 100 {
+		lk, err := locker.Obtain(ctx, "k", 10*time.Second)
+		require.NoError(t, err)
+		w := obtainAsync(ctx, locker, "k", 10*time.Second)
+		waitQueued(t, checker, "k", 1)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		var rerr, ferr error
+		go func() { defer wg.Done(); ferr = lk.Refresh(ctx, 30*time.Millisecond) }()
+		go func() { defer wg.Done(); rerr = lk.Release(ctx) }()
+		wg.Wait()
+		r := <-w
+		require.NoError(t, r.err)
+		pttl := checker.PTTL(ctx, "k").Val()
+		local := time.Until(r.lock.Until())
+		if r.lock.Token() == lk.Token() {
+			passed++
+		}
+		if r.lock.Token() == lk.Token() && local > pttl+5*time.Millisecond {
+			bad++
+			t.Logf("#%d: passed lock: Until-now=%v PTTL=%v (refresh: %v, release: %v)", i, local, pttl, ferr, rerr)
+		}
+		_ = r.lock.Release(context.Background())
+		_ = checker.Del(ctx, "k").Err()
+	}
+	t.Logf("passed %d of 100", passed)
+	require.Zero(t, bad)
+}

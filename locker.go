@@ -42,10 +42,11 @@ import (
 type Locker struct {
 	client redis.UniversalClient
 	opts   options
-	id     string // names the Locker's wake channel and its places in line
-	direct bool   // the client honours ctx deadlines itself (see bounded)
-	keeper keeper // renews kept leases
-	lines  lines  // Obtains waiting for keys
+	id     string        // names the Locker's wake channel and its places in line
+	direct bool          // the client honours ctx deadlines itself (see bounded)
+	retry  time.Duration // how long go-redis may take with one command (see retryWindow)
+	keeper keeper        // renews kept leases
+	lines  lines         // Obtains waiting for keys
 }
 
 // New returns a Locker that acquires locks through client, a go-redis v9
@@ -66,7 +67,11 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	return &Locker{client: client, opts: o, id: hex.EncodeToString(id[:]), direct: !isNil(client) && honoursDeadlines(client)}
+	l := &Locker{client: client, opts: o, id: hex.EncodeToString(id[:])}
+	if !isNil(client) {
+		l.direct, l.retry = honoursDeadlines(client), retryWindow(client)
+	}
+	return l
 }
 
 // Obtain acquires the lock on key for ttl, waiting while another holder has

@@ -121,3 +121,21 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 	}
 	return false
 }
+
+// retryWindow returns how long go-redis may take to give up on a command of
+// client, resending it after timeouts: (ReadTimeout + MaxRetryBackoff) per
+// try, MaxRetries + 1 tries. A release runs at least that long in the
+// background, so that go-redis can resend it, and leaves its mark twice as
+// long. Clients whose options cannot be read count as go-redis's defaults.
+func retryWindow(client redis.UniversalClient) time.Duration {
+	read, backoff, retries := 5*time.Second, time.Second, 3
+	switch c := client.(type) {
+	case interface{ Options() *redis.Options }:
+		o := c.Options()
+		read, backoff, retries = o.ReadTimeout, o.MaxRetryBackoff, o.MaxRetries
+	case interface{ Options() *redis.ClusterOptions }:
+		o := c.Options()
+		read, backoff, retries = o.ReadTimeout, o.MaxRetryBackoff, o.MaxRetries
+	}
+	return (max(read, 0) + max(backoff, 0)) * time.Duration(max(retries, 0)+1)
+}

@@ -36,6 +36,10 @@ import (
 //	readers  sorted set of the shared holders (readers), each scored with the
 //	         end of its lease
 //	limit    a semaphore's number of permits
+//	gens     hash token -> the highest generation of the lease commands
+//	         Redis ran for that holder (see leaseClock); only holders whose
+//	         lease length changed have one. It expires with the longest lease
+//	         it was set with.
 //
 // A sorted set of holders expires with its last lease (and limit with it),
 // and its lapsed holders are removed by every script that looks at it, so
@@ -51,7 +55,7 @@ import (
 // scriptKeys returns the KEYS of every script that acts on a lock key.
 func scriptKeys(key string) []string {
 	return []string{key, sideKey(key, fenceKind), sideKey(key, queueKind), sideKey(key, placesKind),
-		sideKey(key, readersKind), sideKey(key, limitKind)}
+		sideKey(key, readersKind), sideKey(key, limitKind), sideKey(key, gensKind)}
 }
 
 // fenceLua defines issueFence, which issues the next fence of the counter
@@ -75,7 +79,7 @@ end
 // having changed nothing: every script issues the fence before it sets the
 // key, so that a failed fence leaves no lock.
 const lineLua = fenceLua + `
-local K, FENCE, QUEUE, PLACES, READERS, LIMIT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local K, FENCE, QUEUE, PLACES, READERS, LIMIT, GENS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local clock = redis.call("TIME")
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 
@@ -147,20 +151,24 @@ end
 
 -- ends token's hold in mode; returns whether it held the key
 local function drop(token, mode)
+	local held = false
 	if mode == "x" then
 		if redis.call("GET", K) == token then
 			redis.call("DEL", K)
-			return true
+			held = true
 		end
-		return false
+	else
+		local z = holders(mode)
+		prune(z)
+		if redis.call("ZREM", z, token) == 1 then
+			setExpiry(z)
+			held = true
+		end
 	end
-	local z = holders(mode)
-	prune(z)
-	if redis.call("ZREM", z, token) == 1 then
-		setExpiry(z)
-		return true
+	if held then
+		redis.call("HDEL", GENS, token)
 	end
-	return false
+	return held
 end
 
 -- how long until a holder that keeps mode from fitting may end (ms), or a
@@ -367,8 +375,8 @@ func runAttempt(ctx context.Context, c redis.Scripter, a attemptArgs) (attemptRe
 // releaseScript ends a hold or leaves the line, and hands the key to the
 // first in line while it fits.
 //
-//	KEYS    scriptKeys(key), then the release mark of ARGV[1]: a key that
-//	        says, for a while, that the hold of ARGV[1] was released
+//	KEYS    scriptKeys(key), then (KEYS[8]) the release mark of ARGV[1]: a
+//	        key that says, for a while, that the hold of ARGV[1] was released
 //	ARGV[1] token to release, or to take out of line
 //	ARGV[2] the id of the caller's Locker
 //	ARGV[3] another token to take out of line (the place of a line of the
@@ -387,9 +395,9 @@ local released = 0
 if drop(token, mode) then
 	released = 1
 	if ARGV[4] ~= "0" then
-		redis.call("SET", KEYS[7], 1, "PX", ARGV[4])
+		redis.call("SET", KEYS[8], 1, "PX", ARGV[4])
 	end
-elseif ARGV[4] ~= "0" and redis.call("EXISTS", KEYS[7]) == 1 then
+elseif ARGV[4] ~= "0" and redis.call("EXISTS", KEYS[8]) == 1 then
 	released = 1
 else
 	leave(token)
@@ -449,22 +457,48 @@ func runRelease(ctx context.Context, c redis.Scripter, a releaseArgs) (releaseRe
 	return r, nil
 }
 
+// genLua defines newerGen, the generation check of the scripts that set a
+// lease (see leaseClock): it returns false when Redis has run a command of a
+// later generation for the token, whose lease then must not change, and
+// else records gen, keeping GENS at least as long as a lease of ttl ms.
+const genLua = `
+local function newerGen(gens, token, gen, ttl)
+	gen = tonumber(gen)
+	local ran = tonumber(redis.call("HGET", gens, token) or "0")
+	if gen < ran then
+		return false
+	end
+	if gen > ran then
+		redis.call("HSET", gens, token, gen)
+		if redis.call("PTTL", gens) < tonumber(ttl) then
+			redis.call("PEXPIRE", gens, ttl)
+		end
+	end
+	return true
+end
+`
+
 // refreshScript extends the lease of the lock if it is still ours, and
 // issues it a fence when asked.
 //
-//	KEYS[1] lock key
-//	KEYS[2] fence counter
+//	KEYS    refreshKeys(key): the lock key, the fence counter, gens
 //	ARGV[1] token
 //	ARGV[2] new ttl in milliseconds (>= 1)
 //	ARGV[3] "1" to issue a new fence, "0" not to
+//	ARGV[4] the command's generation (see leaseClock)
 //	returns {1, fence} when the key held the token and its ttl was set to
 //	        ARGV[2] (fence: the new fence, or 0),
+//	        {2, 0} when the key holds the token but Redis has run a command
+//	        of a later generation for it: nothing changed,
 //	        {0, 0} when the key is absent or holds another token (nothing
 //	        changed). An error reply when the fence could not be issued
 //	        (nothing changed).
-var refreshScript = redis.NewScript(fenceLua + `
+var refreshScript = redis.NewScript(fenceLua + genLua + `
 if redis.call("GET", KEYS[1]) ~= ARGV[1] then
 	return {0, 0}
+end
+if not newerGen(KEYS[3], ARGV[1], ARGV[4], ARGV[2]) then
+	return {2, 0}
 end
 local fence = 0
 if ARGV[3] == "1" then
@@ -478,33 +512,47 @@ redis.call("PEXPIRE", KEYS[1], ARGV[2])
 return {1, fence}`)
 
 // refreshKeys and refreshArgv build refreshScript's KEYS and ARGV.
-func refreshKeys(key string) []string { return []string{key, sideKey(key, fenceKind)} }
+func refreshKeys(key string) []string {
+	return []string{key, sideKey(key, fenceKind), sideKey(key, gensKind)}
+}
 
-func refreshArgv(token string, ttl time.Duration, fenced bool) []any {
-	return []any{token, ttl.Milliseconds(), flag(fenced)}
+func refreshArgv(token string, ttl time.Duration, gen int64, fenced bool) []any {
+	return []any{token, ttl.Milliseconds(), flag(fenced), gen}
 }
 
 // refreshCall returns the script that renews the lease of token in mode,
 // with its KEYS and ARGV.
-func refreshCall(key, token string, m mode, ttl time.Duration, fenced bool) (*redis.Script, []string, []any) {
+func refreshCall(key, token string, m mode, ttl time.Duration, gen int64, fenced bool) (*redis.Script, []string, []any) {
 	if m.exclusive() {
-		return refreshScript, refreshKeys(key), refreshArgv(token, ttl, fenced)
+		return refreshScript, refreshKeys(key), refreshArgv(token, ttl, gen, fenced)
 	}
-	return holderRefreshScript, scriptKeys(key), append(refreshArgv(token, ttl, fenced), m.arg())
+	return holderRefreshScript, scriptKeys(key), append(refreshArgv(token, ttl, gen, fenced), m.arg())
 }
 
-// runRefresh runs refreshScript (or holderRefreshScript): held reports
-// whether token held the key.
-func runRefresh(ctx context.Context, c redis.Scripter, key, token string, m mode, ttl time.Duration, fenced bool) (held bool, fence int64, err error) {
-	script, keys, args := refreshCall(key, token, m, ttl, fenced)
+// refreshResult is the outcome of a refresh: held reports that the token
+// held the key, set that its lease was set (not refused as of an older
+// generation), fence the fence issued.
+type refreshResult struct {
+	held, set bool
+	fence     int64
+}
+
+// parseRefresh reads a refresh script's reply.
+func parseRefresh(res []int64) (refreshResult, error) {
+	if len(res) != 2 {
+		return refreshResult{}, fmt.Errorf("redislock: unexpected reply %v", res)
+	}
+	return refreshResult{held: res[0] != 0, set: res[0] == 1, fence: res[1]}, nil
+}
+
+// runRefresh runs refreshScript (or holderRefreshScript).
+func runRefresh(ctx context.Context, c redis.Scripter, key, token string, m mode, ttl time.Duration, gen int64, fenced bool) (refreshResult, error) {
+	script, keys, args := refreshCall(key, token, m, ttl, gen, fenced)
 	res, err := script.Run(ctx, c, keys, args...).Int64Slice()
 	if err != nil {
-		return false, 0, err
+		return refreshResult{}, err
 	}
-	if len(res) != 2 {
-		return false, 0, fmt.Errorf("redislock: unexpected reply %v", res)
-	}
-	return res[0] == 1, res[1], nil
+	return parseRefresh(res)
 }
 
 // holderRefreshScript extends the lease of a shared holder or permit if it
@@ -514,12 +562,16 @@ func runRefresh(ctx context.Context, c redis.Scripter, key, token string, m mode
 //	ARGV[1] token
 //	ARGV[2] new ttl in milliseconds (>= 1)
 //	ARGV[3] "1" to issue a new fence, "0" not to
-//	ARGV[4] the mode: "s" or a number of permits
+//	ARGV[4] the command's generation (see leaseClock)
+//	ARGV[5] the mode: "s" or a number of permits
 //	returns what refreshScript returns.
-var holderRefreshScript = redis.NewScript(lineLua + `
-local token, mode = ARGV[1], ARGV[4]
+var holderRefreshScript = redis.NewScript(lineLua + genLua + `
+local token, mode = ARGV[1], ARGV[5]
 if not holds(token, mode) then
 	return {0, 0}
+end
+if not newerGen(GENS, token, ARGV[4], ARGV[2]) then
+	return {2, 0}
 end
 local fence = 0
 if ARGV[3] == "1" then
