@@ -14,7 +14,7 @@ func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *opti
 	if l.lines.busy(key) {
 		return nil, fmt.Errorf("%w: %s: this Locker holds it or waits for it", ErrNotObtained, quoteKey(key))
 	}
-	a := attemptArgs{key: key, token: newToken(), locker: l.id, ttl: ttl, fenced: o.fencing, mode: o.mode}
+	a := attemptArgs{key: key, token: newToken(l.lines.holder), locker: l.id, ttl: ttl, fenced: o.fencing, mode: o.mode}
 	start := time.Now()
 	res, err := bounded(ctx, l.direct, func(ctx context.Context) (attemptResult, error) {
 		res, err := runAttempt(ctx, l.client, a)
@@ -47,36 +47,38 @@ func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *opti
 // queue waits in the key's line until the key is handed or passed to this
 // Obtain, or ctx ends. The line decides what to do next (lines.next); this
 // loop only does it.
-func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, error) {
+// It also returns how many attempts this Obtain sent.
+func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *options) (_ *Lock, attempts int, _ error) {
 	ln, w := l.lines.join(l, key, ttl, o)
 	for {
 		s := l.lines.next(l, ln, w)
 		switch {
 		case s.lock != nil && !s.claim:
-			return s.lock, nil
+			return s.lock, attempts, nil
 		case s.lock != nil:
 			err := l.fit(ctx, s.lock, w.ttl, w.fenced)
 			if err == nil {
-				return s.lock, nil
+				return s.lock, attempts, nil
 			}
 			if !errors.Is(err, errLeaseRanOut) {
-				return nil, err
+				return nil, attempts, err
 			}
 			ln = l.lines.rejoin(ln, w)
 			continue
 		case s.err != nil:
 			l.giveUp(ln, w)
-			return nil, failed("acquire", key, s.err)
+			return nil, attempts, failed("acquire", key, s.err)
 		case s.attempt != nil:
+			attempts++
 			l.attempt(ctx, ln, w, s.attempt)
 		default:
 			_ = sleep(ctx, w.wake, s.wait)
 		}
 		if ctx.Err() != nil {
 			if last := l.giveUp(ln, w); last != nil {
-				return nil, fmt.Errorf("redislock: waiting for %s: %w; the last attempt failed: %w", quoteKey(key), ctx.Err(), last)
+				return nil, attempts, fmt.Errorf("redislock: waiting for %s: %w; the last attempt failed: %w", quoteKey(key), ctx.Err(), last)
 			}
-			return nil, notObtained(key, ctx.Err())
+			return nil, attempts, notObtained(key, ctx.Err())
 		}
 	}
 }
@@ -112,7 +114,7 @@ func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bo
 		fence := fenced && lk.fence == 0
 		id, gen, _ := lk.setting(ttl)
 		r, err := bounded(ctx, l.direct, func(ctx context.Context) (refreshResult, error) {
-			res, err := runRefresh(ctx, l.client, lk.key, lk.token, lk.mode, ttl, gen, fence)
+			res, err := runRefresh(ctx, l.client, refreshArgs{key: lk.key, token: lk.token, mode: lk.mode, ttl: ttl, gen: gen, fenced: fence})
 			lk.settled(id, outcomeOf(res, err))
 			return res, err
 		}, nil)

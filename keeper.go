@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -103,12 +104,15 @@ func (lk *Lock) KeepAlive(ctx context.Context) context.Context {
 	k.add(lk.locker, r)
 	context.AfterFunc(lctx, func() {
 		r.expire.Stop()
-		k.remove(r)
+		lastErr := k.remove(r)
 		lk.mu.Lock()
 		if lk.renewal == r {
 			lk.renewal = nil
 		}
 		lk.mu.Unlock()
+		if errors.Is(context.Cause(lctx), ErrLockLost) {
+			lk.reportLost(lctx, lastErr)
+		}
 	})
 	return lctx
 }
@@ -172,6 +176,13 @@ type renewal struct {
 	sent     time.Time     // when the latest was sent
 	hedge    time.Duration // how long after sent another is sent while it is in flight
 	node     string        // the Redis node that serves the key; "" for all of a non-Cluster client
+	lastErr  error         // the error of the latest renewal, nil after a success
+}
+
+// A renewalSend is one renewal of a lease to send.
+type renewalSend struct {
+	r     *renewal
+	hedge bool // another renewal of the lease is in flight
 }
 
 // keeper renews the leases of one Locker. Its goroutine, loop, decides what
@@ -205,11 +216,13 @@ func (k *keeper) add(l *Locker, r *renewal) {
 	k.poke()
 }
 
-func (k *keeper) remove(r *renewal) {
+// remove stops renewing r, and returns the error of its latest renewal.
+func (k *keeper) remove(r *renewal) (lastErr error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.renewals, r)
 	k.poke()
+	return r.lastErr
 }
 
 // reschedule makes r due a third of its ttl after the command that last
@@ -256,7 +269,7 @@ func (k *keeper) loop(l *Locker, run *keeperRun) {
 // due returns the renewals to send now, in batches of one node each, and
 // when to look again. ok is false when there is nothing left to keep: run
 // is over.
-func (k *keeper) due(l *Locker, run *keeperRun) (batches [][]*renewal, next time.Time, ok bool) {
+func (k *keeper) due(l *Locker, run *keeperRun) (batches [][]renewalSend, next time.Time, ok bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if len(k.renewals) == 0 {
@@ -265,7 +278,7 @@ func (k *keeper) due(l *Locker, run *keeperRun) (batches [][]*renewal, next time
 	}
 	now := time.Now()
 	next = now.Add(time.Hour)
-	byNode := make(map[string][]*renewal)
+	byNode := make(map[string][]renewalSend)
 	defer func() { k.wakeAt = next }()
 	for r := range k.renewals {
 		at := r.due
@@ -286,7 +299,7 @@ func (k *keeper) due(l *Locker, run *keeperRun) (batches [][]*renewal, next time
 		until, _ := r.lk.lease()
 		r.inflight++
 		r.sent, r.hedge = now, max(until.Sub(now)/4, minHedge)
-		byNode[r.node] = append(byNode[r.node], r)
+		byNode[r.node] = append(byNode[r.node], renewalSend{r: r, hedge: r.inflight > 1})
 		if hedge := now.Add(r.hedge); hedge.Before(next) {
 			next = hedge
 		}
@@ -301,51 +314,48 @@ func (k *keeper) due(l *Locker, run *keeperRun) (batches [][]*renewal, next time
 	return batches, next, true
 }
 
-// renew sends one renewal for each lease of batch, all served by one node,
+// renew sends one renewal for each lease of sends, all served by one node,
 // in one pipeline, bounded by the shortest time any of them has left, and
 // settles them when the replies are in.
-func (k *keeper) renew(l *Locker, batch []*renewal) {
-	var ttls []time.Duration
+func (k *keeper) renew(l *Locker, sends []renewalSend) {
+	var batch []renewalSend
+	var calls []refreshArgs
 	var ids []uint64
-	var gens []int64
 	bound := time.Hour
-	kept := batch[:0:0]
-	for _, r := range batch {
-		until, ttl := r.lk.lease()
-		id, gen, ok := r.lk.setting(ttl)
+	for _, s := range sends {
+		until, ttl := s.r.lk.lease()
+		id, gen, ok := s.r.lk.setting(ttl)
 		if !ok { // released meanwhile
 			k.mu.Lock()
-			r.inflight--
+			s.r.inflight--
 			k.mu.Unlock()
 			continue
 		}
-		kept, ttls, ids, gens = append(kept, r), append(ttls, ttl), append(ids, id), append(gens, gen)
+		batch, ids = append(batch, s), append(ids, id)
+		calls = append(calls, refreshArgs{key: s.r.lk.key, token: s.r.lk.token, mode: s.r.lk.mode, ttl: ttl, gen: gen})
 		bound = min(bound, time.Until(until))
 	}
-	if batch = kept; len(batch) == 0 {
+	if len(batch) == 0 {
 		return
 	}
+	sent := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), max(bound, renewRetry))
 	defer cancel()
-	res, err := l.refreshAll(ctx, batch, ttls, gens)
-	l.noteErr(err)
-	retry := time.Now().Add(renewRetry)
-	for i, r := range batch {
-		out := outcomeUnknown
-		if res != nil {
-			out = map[int64]outcome{1: outcomeSet, 2: outcomeNotSet, 0: outcomeNotSet, -1: outcomeUnknown}[res[i]]
-		}
-		r.lk.settled(ids[i], out)
-		if res != nil && res[i] == 0 {
-			r.lk.markLost()
+	replies := l.refreshAll(ctx, calls)
+	for i, s := range batch {
+		s.r.lk.settled(ids[i], replies[i].outcome())
+		if replies[i].code == 0 {
+			s.r.lk.markLost()
 		}
 	}
+	retry := time.Now().Add(renewRetry)
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	for i, r := range batch {
+	for i, s := range batch {
+		r := s.r
 		r.inflight--
+		r.lastErr = replies[i].err
 		switch {
-		case res != nil && res[i] >= 1:
+		case replies[i].code >= 1:
 			until, ttl := r.lk.lease()
 			r.due, r.ttl = until.Add(-ttl*2/3), ttl
 		case r.inflight == 0:
@@ -354,6 +364,10 @@ func (k *keeper) renew(l *Locker, batch []*renewal) {
 		if r.due.Before(k.wakeAt) {
 			k.poke() // loop sleeps past this renewal's turn
 		}
+	}
+	k.mu.Unlock()
+	for i, s := range batch {
+		l.renewed(s.r, sent, s.hedge, replies[i].event(), replies[i].err)
 	}
 }
 
@@ -394,18 +408,40 @@ func isCtxErr(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
-// refreshAll runs refreshScript (holderRefreshScript) for every lease of
-// batch in one pipeline. It returns 1 (renewed), 2 (held, but a command of
-// a later generation ran: not renewed), 0 (lost) or -1 (error) per lease,
-// or nil when none got an answer. After SCRIPT FLUSH the leases whose
-// EVALSHA said NOSCRIPT are sent again with EVAL, which loads the script.
-func (l *Locker) refreshAll(ctx context.Context, batch []*renewal, ttls []time.Duration, gens []int64) ([]int64, error) {
-	cmds := make([]*redis.Cmd, len(batch))
-	run := func(idx []int, sha bool) error {
+// A renewReply is the reply to one renewal: code 1 (renewed), 2 (held,
+// but a command of a later generation had run: not renewed), 0 (lost), or
+// -1 (failed with err: it may have run, or run later).
+type renewReply struct {
+	code int64
+	err  error
+}
+
+// outcome is the reply's outcome for the lease clock.
+func (r renewReply) outcome() outcome {
+	switch r.code {
+	case 1:
+		return outcomeSet
+	case -1:
+		return outcomeUnknown
+	}
+	return outcomeNotSet
+}
+
+// event is the reply's outcome for Hooks.Renew.
+func (r renewReply) event() Outcome {
+	return map[int64]Outcome{1: OutcomeRenewed, 2: OutcomeSuperseded, 0: OutcomeLost, -1: OutcomeError}[r.code]
+}
+
+// refreshAll runs refreshScript (holderRefreshScript) for each of calls in
+// one pipeline, and returns a reply for each. After SCRIPT FLUSH the calls
+// whose EVALSHA said NOSCRIPT are sent again with EVAL, which loads the
+// script.
+func (l *Locker) refreshAll(ctx context.Context, calls []refreshArgs) []renewReply {
+	cmds := make([]*redis.Cmd, len(calls))
+	run := func(idx []int, sha bool) {
 		_, err := l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range idx {
-				lk := batch[i].lk
-				script, keys, args := refreshCall(lk.key, lk.token, lk.mode, ttls[i], gens[i], false)
+				script, keys, args := calls[i].call()
 				if sha {
 					cmds[i] = script.EvalSha(ctx, p, keys, args...)
 				} else {
@@ -414,13 +450,13 @@ func (l *Locker) refreshAll(ctx context.Context, batch []*renewal, ttls []time.D
 			}
 			return nil
 		})
-		return err
+		l.noteErr(err)
 	}
-	all := make([]int, len(batch))
+	all := make([]int, len(calls))
 	for i := range all {
 		all[i] = i
 	}
-	err := run(all, true)
+	run(all, true)
 	var again []int
 	for i, c := range cmds {
 		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
@@ -428,18 +464,19 @@ func (l *Locker) refreshAll(ctx context.Context, batch []*renewal, ttls []time.D
 		}
 	}
 	if len(again) > 0 {
-		err = run(again, false)
+		run(again, false)
 	}
-	res := make([]int64, len(batch))
-	ok := false
+	replies := make([]renewReply, len(calls))
 	for i, c := range cmds {
-		res[i] = -1
-		if r, cerr := c.Int64Slice(); cerr == nil && len(r) == 2 {
-			res[i], ok = r[0], true
+		res, err := c.Int64Slice()
+		switch {
+		case err != nil:
+			replies[i] = renewReply{code: -1, err: failed("renew", calls[i].key, err)}
+		case len(res) != 2:
+			replies[i] = renewReply{code: -1, err: fmt.Errorf("redislock: renew %s: unexpected reply %v", quoteKey(calls[i].key), res)}
+		default:
+			replies[i] = renewReply{code: res[0]}
 		}
 	}
-	if !ok {
-		return nil, err
-	}
-	return res, nil
+	return replies
 }

@@ -92,6 +92,7 @@ type lines struct {
 	byToken map[string]*line // the lines of one shared or permit waiter each
 	sub     *subscription    // started when a line takes a place; retires when idle
 	idle    time.Time        // since when nobody waits, as the subscription saw
+	holder  string           // the Locker's token suffix (see newToken); set by New
 }
 
 // placeState is what a line knows of its place in Redis.
@@ -356,7 +357,7 @@ func (ls *lines) renewToken(ln *line) {
 		delete(ls.byToken, ln.token)
 		defer func() { ls.byToken[ln.token] = ln }()
 	}
-	ln.token, ln.place, ln.joined, ln.check, ln.handed, ln.holdEnd = newToken(), noPlace, false, false, nil, time.Time{}
+	ln.token, ln.place, ln.joined, ln.check, ln.handed, ln.holdEnd = newToken(ls.holder), noPlace, false, false, nil, time.Time{}
 }
 
 // settle brings the line up to date after a change: it applies a pending
@@ -476,7 +477,7 @@ func (ls *lines) pass(lk *Lock) bool {
 	lk.released = true
 	// The receiver's lease commands start a generation of their own, so that
 	// no late command of the passer can change the lease after them.
-	next := &Lock{locker: lk.locker, key: lk.key, token: lk.token, holds: 1,
+	next := &Lock{locker: lk.locker, key: lk.key, token: lk.token, holds: 1, since: time.Now(),
 		clock: leaseClock{until: lk.clock.until, ttl: w.ttl, gen: lk.clock.gen + 1}}
 	ln.waiters = ln.waiters[1:]
 	w.lock = next

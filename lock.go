@@ -29,12 +29,15 @@ type Lock struct {
 	releasing bool       // a release of the acquisition is under way
 	released  bool       // released (or passed on): the lock is gone for good
 	renewal   *renewal   // set while KeepAlive renews the lease
+	since     time.Time  // when the lock was acquired (or passed to this acquisition)
+	lostWhy   error      // why the lock is known to be lost (see markLost), or nil
+	lostSeen  bool       // the Lost hook was called
 }
 
 // newLock returns the lock on key held by token in mode since a command
 // sent at start set its lease to ttl.
 func newLock(l *Locker, key, token string, m mode, fence int64, ttl time.Duration, start time.Time) *Lock {
-	return &Lock{locker: l, key: key, token: token, mode: m, fence: fence, holds: 1, clock: leaseClock{until: start.Add(ttl), ttl: ttl}}
+	return &Lock{locker: l, key: key, token: token, mode: m, fence: fence, holds: 1, since: start, clock: leaseClock{until: start.Add(ttl), ttl: ttl}}
 }
 
 // A leaseClock is the end of a lock's lease as this process knows it, on
@@ -221,8 +224,9 @@ func outcomeOf(res refreshResult, err error) outcome {
 // Key returns the key the lock is held on.
 func (lk *Lock) Key() string { return lk.key }
 
-// Token returns the random token stored at the key while the lock is held.
-// A lock that a Locker passes from one of its Obtains to the next without a
+// Token returns the token stored at the key while the lock is held: 128
+// random bits (22 characters of base64url), then "@" and the Locker's
+// holder description, path-escaped (see WithHolder). A lock that a Locker passes from one of its Obtains to the next without a
 // round trip (see Obtain) keeps the token: the key is held by the same hold
 // in Redis. Locks handed over by Redis, and fenced locks, always have a
 // token of their own.
@@ -276,6 +280,7 @@ func (lk *Lock) Release(ctx context.Context) error {
 	if err != nil && !errors.Is(err, ErrNotHeld) && !a.isReleased() {
 		lk.reopenHandle()
 	}
+	a.releasedEvent(ctx, err)
 	return err
 }
 
@@ -287,12 +292,13 @@ func (lk *Lock) end(ctx context.Context) error {
 	lk.stopKeeping()
 	l := lk.locker
 	if l.lines.pass(lk) {
+		l.handedOff(ctx, lk.key, true, 1)
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
 		lk.markReleased()
 		l.releaseLater(lk)
-		return fmt.Errorf("redislock: release %s goes on in the background: %w", quoteKey(lk.key), err)
+		return background(lk.key, err)
 	}
 	ln, leave := l.lines.releasing(lk)
 	res, err := detached(ctx, l.direct, l.releaseBound(), func(ctx context.Context) (releaseResult, error) {
@@ -304,13 +310,13 @@ func (lk *Lock) end(ctx context.Context) error {
 	switch {
 	case isAbandoned(err):
 		lk.markReleased()
-		return fmt.Errorf("redislock: release %s goes on in the background: %w", quoteKey(lk.key), err)
+		return background(lk.key, err)
 	case ctx.Err() != nil && err != nil:
 		// go-redis stopped at the deadline (ContextTimeoutEnabled): the
 		// release may not have run; run it again in the background.
 		lk.markReleased()
 		l.releaseLater(lk)
-		return fmt.Errorf("redislock: release %s goes on in the background: %w", quoteKey(lk.key), err)
+		return background(lk.key, err)
 	case err != nil:
 		lk.mu.Lock()
 		lk.releasing = false // Release may be called again
@@ -318,6 +324,7 @@ func (lk *Lock) end(ctx context.Context) error {
 		return failed("release", lk.key, err)
 	}
 	lk.markReleased() // held or not, it is not ours any more
+	l.handedOff(ctx, lk.key, false, res.handoffs)
 	if !res.released {
 		return ErrNotHeld
 	}
@@ -344,17 +351,44 @@ func (lk *Lock) beginRelease() bool {
 }
 
 // markLost records that lk is known not to be held (a Refresh, TTL or
-// renewal found the key gone or owned by another): its lease ends now.
+// renewal found the key gone or owned by another): its lease ends now, and
+// its kept context ends (which reports the loss; see Hooks.Lost).
 func (lk *Lock) markLost() {
 	lk.mu.Lock()
 	if now := time.Now(); lk.clock.until.After(now) {
 		lk.clock.until = now
 	}
+	if lk.lostWhy == nil {
+		lk.lostWhy = fmt.Errorf("%w: %s was gone or held by another owner", ErrLockLost, quoteKey(lk.key))
+	}
 	r := lk.renewal
 	lk.mu.Unlock()
-	if r != nil {
-		r.cancel(ErrLockLost)
+	if r == nil || r.ctx.Err() != nil {
+		lk.reportLost(context.Background(), nil)
+		return
 	}
+	r.cancel(ErrLockLost)
+}
+
+// reportLost calls the Lost hook, once per acquisition. lastErr is the
+// error of the last renewal, if it failed.
+func (lk *Lock) reportLost(ctx context.Context, lastErr error) {
+	lk.mu.Lock()
+	seen, why := lk.lostSeen, lk.lostWhy
+	lk.lostSeen = true
+	lk.mu.Unlock()
+	h := lk.locker.opts.hooks.Lost
+	if h == nil || seen {
+		return
+	}
+	switch {
+	case why != nil:
+	case lastErr != nil:
+		why = fmt.Errorf("%w: %s: no renewal succeeded before the lease ran out; the last one failed: %w", ErrLockLost, quoteKey(lk.key), lastErr)
+	default:
+		why = fmt.Errorf("%w: %s: no renewal was answered before the lease ran out (Redis or the network stalled)", ErrLockLost, quoteKey(lk.key))
+	}
+	h(ctx, LostEvent{Key: lk.key, Token: lk.token, Held: time.Since(lk.since), Err: why})
 }
 
 // markReleased records that lk is released, or being released.
@@ -391,7 +425,7 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return ErrNotHeld
 	}
 	res, err := bounded(ctx, lk.locker.direct, func(ctx context.Context) (refreshResult, error) {
-		res, err := runRefresh(ctx, lk.locker.client, lk.key, lk.token, lk.mode, ttl, gen, false)
+		res, err := runRefresh(ctx, lk.locker.client, refreshArgs{key: lk.key, token: lk.token, mode: lk.mode, ttl: ttl, gen: gen})
 		lk.settled(id, outcomeOf(res, err))
 		return res, err
 	}, nil)

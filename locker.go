@@ -2,8 +2,8 @@
 //
 // A Locker acquires locks on keys of one Redis deployment. A lock is a lease:
 // it is held for a ttl unless refreshed, so a holder that dies cannot block
-// everyone forever. Each acquisition stores a 128-bit random token in the
-// key; Release and Refresh act only while the key still holds that token,
+// everyone forever. Each acquisition stores a token in the key, 128 random
+// bits and a description of the holder (see Locker.Inspect); Release and Refresh act only while the key still holds that token,
 // so a holder whose lease has expired can never release or extend the lock of
 // the holder that came after it.
 //
@@ -28,7 +28,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -68,6 +70,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	l := &Locker{client: client, opts: o, id: hex.EncodeToString(id[:])}
+	l.lines.holder = holderSuffix(o.holder)
 	if !isNil(client) {
 		l.direct, l.retry = honoursDeadlines(client), retryWindow(client)
 	}
@@ -125,15 +128,24 @@ func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *o
 	if err := l.check(key, ttl, o); err != nil {
 		return nil, err
 	}
+	start := time.Now()
+	lk, attempts, err := l.acquire(ctx, key, ttl.Truncate(time.Millisecond), o)
+	l.obtained(ctx, key, start, attempts, lk, err)
+	return lk, err
+}
+
+// acquire is obtain with valid input; it also returns how many acquire
+// commands it sent.
+func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, int, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, failed("acquire", key, err)
+		return nil, 0, failed("acquire", key, err)
 	}
 	if lk, err := l.join(ctx, key, o.mode); lk != nil || err != nil {
-		return lk, err
+		return lk, 0, err
 	}
-	ttl = ttl.Truncate(time.Millisecond)
 	if o.wait == 0 {
-		return l.try(ctx, key, ttl, o)
+		lk, err := l.try(ctx, key, ttl, o)
+		return lk, 1, err
 	}
 	if o.wait > 0 {
 		var cancel context.CancelFunc
@@ -206,9 +218,33 @@ func (l *Locker) check(key string, ttl time.Duration, o *options) error {
 	return nil
 }
 
-// newToken returns 128 random bits from crypto/rand, base64url-encoded.
-func newToken() string {
+// newToken returns a token: 128 random bits from crypto/rand,
+// base64url-encoded, then holder (see holderSuffix).
+func newToken(holder string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:]) + holder
+}
+
+// holderSuffix returns what a token carries of the holder description d:
+// "@" and d, path-escaped (so it holds no space, which the wake messages
+// separate fields with), or "" for no description. The random part of a
+// token never holds "@": the first "@" starts the description.
+func holderSuffix(d string) string {
+	if d == "" {
+		return ""
+	}
+	return "@" + url.PathEscape(d)
+}
+
+// holderOf returns the holder description a token carries, or "".
+func holderOf(token string) string {
+	_, d, ok := strings.Cut(token, "@")
+	if !ok {
+		return ""
+	}
+	if s, err := url.PathUnescape(d); err == nil {
+		return s
+	}
+	return d
 }

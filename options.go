@@ -2,7 +2,9 @@ package redislock
 
 import (
 	"fmt"
+	"os"
 	"time"
+	"unicode/utf8"
 )
 
 // An Option configures a Locker (when given to New) or a single call (when
@@ -21,6 +23,8 @@ type options struct {
 	fencing    bool          // issue fencing tokens on acquire
 	mode       mode          // exclusive, shared (WithShared) or a permit (WithPermits)
 	safety     time.Duration // see WithSafetyMargin
+	hooks      Hooks         // see WithHooks
+	holder     string        // see WithHolder
 	err        error         // first invalid option, reported by calls
 }
 
@@ -44,6 +48,37 @@ func defaultOptions() options {
 		minBackoff: DefaultMinBackoff,
 		maxBackoff: DefaultMaxBackoff,
 		safety:     DefaultSafetyMargin,
+		holder:     defaultHolder,
+	}
+}
+
+// defaultHolder is the holder description of a Locker without WithHolder:
+// the host name and the process id.
+var defaultHolder = func() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown host"
+	}
+	return fmt.Sprintf("%s pid %d", host, os.Getpid())
+}()
+
+// maxHolder bounds the length of a holder description, in bytes.
+const maxHolder = 200
+
+// WithHolder sets the description of the holder that Locker.Inspect
+// reports for the locks of this Locker (default: the host name and process
+// id, "web-3 pid 4711"); "" stores none. It is stored in the lock's token,
+// after its random part, so it costs no extra write and changes nothing of
+// how a holder is told from another. It applies to the Locker it is given
+// to (New), not to single calls. d must be valid UTF-8 of at most 200
+// bytes.
+func WithHolder(d string) Option {
+	return func(o *options) {
+		if len(d) > maxHolder || !utf8.ValidString(d) {
+			o.invalid(ErrInvalidOption, "WithHolder: need valid UTF-8 of at most %d bytes (got %d bytes)", maxHolder, len(d))
+			return
+		}
+		o.holder = d
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -226,13 +227,13 @@ end
 -- with fence -1). Each hand-off is announced on the wake channel of the
 -- place's Locker, "<fence> <lease> <token> <key>", except, when quiet, to the
 -- caller's own Locker (ARGV[2]): those are returned instead, as a flat list
--- token, fence, lease.
+-- token, fence, lease. The second result is the number of hand-offs.
 local function handoff(quiet)
-	local mine = {}
+	local mine, n = {}, 0
 	while true do
 		local token = redis.call("LINDEX", QUEUE, 0)
 		if not token then
-			return mine
+			return mine, n
 		end
 		local value = redis.call("HGET", PLACES, token)
 		local deadline, ttl, fenced, mode, locker
@@ -241,7 +242,7 @@ local function handoff(quiet)
 		end
 		local live = value and tonumber(deadline) >= now
 		if live and not fits(mode) then
-			return mine
+			return mine, n
 		end
 		redis.call("LPOP", QUEUE)
 		redis.call("HDEL", PLACES, token)
@@ -252,6 +253,7 @@ local function handoff(quiet)
 			end
 			if fence >= 0 then
 				take(token, mode, ttl)
+				n = n + 1
 			end
 			if quiet and fence >= 0 and locker == ARGV[2] then
 				mine[#mine + 1] = token
@@ -383,12 +385,13 @@ func runAttempt(ctx context.Context, c redis.Scripter, a attemptArgs) (attemptRe
 //	        caller's Locker that nobody waits in any more), or ""
 //	ARGV[4] how long to keep the release mark, in ms; "0": no mark
 //	ARGV[5] the mode ARGV[1] holds the key in
-//	returns {released, token, fence, lease, token, fence, lease, ...}:
+//	returns {released, handoffs, token, fence, lease, token, fence, lease, ...}:
 //	        released is 1 when ARGV[1] held the key and no longer does, or
 //	        when the mark says that an earlier run of this release did that
 //	        (its reply was lost, and go-redis sent it again), else 0 (the key
-//	        was untouched, and ARGV[1] is no longer in line); then the
-//	        hand-offs to places of the caller's Locker (see handoff).
+//	        was untouched, and ARGV[1] is no longer in line); handoffs is
+//	        how many places in line got the key; then the hand-offs to
+//	        places of the caller's Locker (see handoff).
 var releaseScript = redis.NewScript(lineLua + `
 local token, mode = ARGV[1], ARGV[5]
 local released = 0
@@ -405,9 +408,11 @@ end
 if ARGV[3] ~= "" then
 	leave(ARGV[3])
 end
-local reply = {released}
+local reply = {released, 0}
 if redis.call("EXISTS", QUEUE) == 1 then
-	for _, v in ipairs(handoff(true)) do
+	local mine, n = handoff(true)
+	reply[2] = n
+	for _, v in ipairs(mine) do
 		reply[#reply + 1] = v
 	end
 end
@@ -424,6 +429,7 @@ type releaseArgs struct {
 // releaseResult is the outcome of a releaseScript run.
 type releaseResult struct {
 	released bool
+	handoffs int       // places in line that got the key
 	handed   []handoff // hand-offs to places of the caller's Locker
 }
 
@@ -443,12 +449,13 @@ func runRelease(ctx context.Context, c redis.Scripter, a releaseArgs) (releaseRe
 	if err != nil {
 		return releaseResult{}, err
 	}
-	if len(res) == 0 || len(res)%3 != 1 {
+	if len(res) < 2 || len(res)%3 != 2 {
 		return releaseResult{}, fmt.Errorf("redislock: unexpected reply %v", res)
 	}
 	released, _ := res[0].(int64)
-	r := releaseResult{released: released == 1}
-	for i := 1; i < len(res); i += 3 {
+	handoffs, _ := res[1].(int64)
+	r := releaseResult{released: released == 1, handoffs: int(handoffs)}
+	for i := 2; i < len(res); i += 3 {
 		token, _ := res[i].(string)
 		fence, _ := res[i+1].(int64)
 		lease, _ := res[i+2].(int64)
@@ -481,7 +488,7 @@ end
 // refreshScript extends the lease of the lock if it is still ours, and
 // issues it a fence when asked.
 //
-//	KEYS    refreshKeys(key): the lock key, the fence counter, gens
+//	KEYS    the lock key, the fence counter, gens
 //	ARGV[1] token
 //	ARGV[2] new ttl in milliseconds (>= 1)
 //	ARGV[3] "1" to issue a new fence, "0" not to
@@ -511,22 +518,24 @@ end
 redis.call("PEXPIRE", KEYS[1], ARGV[2])
 return {1, fence}`)
 
-// refreshKeys and refreshArgv build refreshScript's KEYS and ARGV.
-func refreshKeys(key string) []string {
-	return []string{key, sideKey(key, fenceKind), sideKey(key, gensKind)}
+// refreshArgs are the arguments of a refresh: a renewal of token's lease
+// in mode to ttl, of generation gen, issuing a fence when fenced.
+type refreshArgs struct {
+	key, token string
+	mode       mode
+	ttl        time.Duration
+	gen        int64
+	fenced     bool
 }
 
-func refreshArgv(token string, ttl time.Duration, gen int64, fenced bool) []any {
-	return []any{token, ttl.Milliseconds(), flag(fenced), gen}
-}
-
-// refreshCall returns the script that renews the lease of token in mode,
-// with its KEYS and ARGV.
-func refreshCall(key, token string, m mode, ttl time.Duration, gen int64, fenced bool) (*redis.Script, []string, []any) {
-	if m.exclusive() {
-		return refreshScript, refreshKeys(key), refreshArgv(token, ttl, gen, fenced)
+// call returns the script that runs a (refreshScript for an exclusive
+// holder, holderRefreshScript for others), with its KEYS and ARGV.
+func (a refreshArgs) call() (*redis.Script, []string, []any) {
+	argv := []any{a.token, a.ttl.Milliseconds(), flag(a.fenced), a.gen}
+	if a.mode.exclusive() {
+		return refreshScript, []string{a.key, sideKey(a.key, fenceKind), sideKey(a.key, gensKind)}, argv
 	}
-	return holderRefreshScript, scriptKeys(key), append(refreshArgv(token, ttl, gen, fenced), m.arg())
+	return holderRefreshScript, scriptKeys(a.key), append(argv, a.mode.arg())
 }
 
 // refreshResult is the outcome of a refresh: held reports that the token
@@ -546,8 +555,8 @@ func parseRefresh(res []int64) (refreshResult, error) {
 }
 
 // runRefresh runs refreshScript (or holderRefreshScript).
-func runRefresh(ctx context.Context, c redis.Scripter, key, token string, m mode, ttl time.Duration, gen int64, fenced bool) (refreshResult, error) {
-	script, keys, args := refreshCall(key, token, m, ttl, gen, fenced)
+func runRefresh(ctx context.Context, c redis.Scripter, a refreshArgs) (refreshResult, error) {
+	script, keys, args := a.call()
 	res, err := script.Run(ctx, c, keys, args...).Int64Slice()
 	if err != nil {
 		return refreshResult{}, err
@@ -620,6 +629,72 @@ func runPTTL(ctx context.Context, c redis.Scripter, key, token string, m mode) (
 		ms, err = holderPTTLScript.Run(ctx, c, scriptKeys(key), token, m.arg()).Int64()
 	}
 	return time.Duration(ms) * time.Millisecond, err
+}
+
+// inspectScript reads who holds a lock key, and how many wait for it. It
+// writes nothing.
+//
+//	KEYS    scriptKeys(key)
+//	returns {mode, permits, fence, waiting, token, ttl, token, ttl, ...}:
+//	        mode "x" (an exclusive holder), "s" (shared holders), "p" (a
+//	        semaphore's permits) or "" (nobody holds the key); permits, a
+//	        semaphore's number of permits (0 for other modes); fence, the
+//	        fence counter as stored ("" if none); waiting, the live places
+//	        in line; then each holder's token and remaining lease (ms).
+var inspectScript = redis.NewScript(lineLua + `
+local mode, permits, held = "", 0, {}
+local function live(z)
+	local rs = redis.call("ZRANGEBYSCORE", z, "(" .. now, "+inf", "WITHSCORES")
+	for i = 1, #rs, 2 do
+		held[#held + 1] = rs[i]
+		held[#held + 1] = tonumber(rs[i + 1]) - now
+	end
+end
+local t = redis.call("TYPE", K).ok
+if t == "string" then
+	mode, held = "x", {redis.call("GET", K), redis.call("PTTL", K)}
+elseif t == "zset" then
+	mode, permits = "p", tonumber(redis.call("GET", LIMIT) or "0")
+	live(K)
+else
+	live(READERS)
+	if #held > 0 then
+		mode = "s"
+	end
+end
+local waiting = 0
+for _, v in ipairs(redis.call("HVALS", PLACES)) do
+	if tonumber(string.match(v, "^(%d+)") or "0") >= now then
+		waiting = waiting + 1
+	end
+end
+local reply = {mode, permits, redis.call("GET", FENCE) or "", waiting}
+for _, v in ipairs(held) do
+	reply[#reply + 1] = v
+end
+return reply`)
+
+// runInspect runs inspectScript.
+func runInspect(ctx context.Context, c redis.Scripter, key string) (Info, error) {
+	res, err := inspectScript.Run(ctx, c, scriptKeys(key)).Slice()
+	if err != nil {
+		return Info{}, err
+	}
+	if len(res) < 4 || len(res)%2 != 0 {
+		return Info{}, fmt.Errorf("redislock: unexpected reply %v", res)
+	}
+	mode, _ := res[0].(string)
+	permits, _ := res[1].(int64)
+	fence, _ := res[2].(string)
+	waiting, _ := res[3].(int64)
+	info := Info{Key: key, Mode: map[string]string{"x": ModeExclusive, "s": ModeShared, "p": ModeSemaphore}[mode], Permits: int(permits), Waiting: int(waiting)}
+	info.Fence, _ = strconv.ParseInt(fence, 10, 64)
+	for i := 4; i < len(res); i += 2 {
+		token, _ := res[i].(string)
+		ms, _ := res[i+1].(int64)
+		info.Holders = append(info.Holders, Holder{Token: token, Description: holderOf(token), TTL: time.Duration(ms) * time.Millisecond})
+	}
+	return info, nil
 }
 
 // fencedSetScript writes a value guarded by a fencing token.

@@ -1,0 +1,812 @@
+package redislock_test
+
+// The library's core behaviours on real Redis deployments: a 3-master Redis
+// Cluster (a go-redis ClusterClient) and a primary with a replica watched by
+// 3 Sentinels (a go-redis FailoverClient). Each deployment is started once
+// per test function (that costs seconds) and shared by its subtests, each
+// on keys of its own. The subtests that change the topology (failovers)
+// come last.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed5e0b76d9/redislock"
+	"github.com/seed5e0b76d9/redislock/internal/redistest"
+)
+
+// deployNoPolling makes polling useless: a waiter that got the lock quickly
+// was handed it by the release.
+var deployNoPolling = redislock.WithBackoff(2*time.Second, 2*time.Second)
+
+// A deployment is a Redis deployment the core subtests run on.
+type deployment struct {
+	// client returns a new client of the deployment, closed with t.
+	client func(t *testing.T) redis.UniversalClient
+}
+
+// TestDeploy_Cluster runs the core behaviours on a real Redis Cluster of 3
+// masters with a replica each, then checks that every key the library
+// writes lives in its lock key's slot, then fails shards over under held,
+// kept and awaited locks.
+func TestDeploy_Cluster(t *testing.T) {
+	cluster := redistest.StartCluster(t)
+	d := deployment{client: func(t *testing.T) redis.UniversalClient { return cluster.Client(t) }}
+	deployCore(t, d)
+
+	// Every key the library keeps for a lock key (the key, queue, places,
+	// fence, readers, limit, gens, release marks) is in the lock key's
+	// Cluster slot, for every kind of lock (exclusive with waiters, fenced,
+	// a new lease length, shared, permits), on keys in different slots:
+	// with a hash tag, without, and with braces that make no tag. No
+	// script fails with CROSSSLOT, and every one of those keys is on the
+	// master serving the lock key.
+	t.Run("SideKeysInTheLockKeysSlot", func(t *testing.T) {
+		deploySideKeysInSlot(t, cluster)
+	})
+
+	// A controlled failover (CLUSTER FAILOVER) of the master serving a held
+	// lock, a kept lock and a waiter: see deployShardFailover.
+	t.Run("ShardFailover/manual", func(t *testing.T) {
+		deployShardFailover(t, cluster, false)
+	})
+
+	// The master serving a held lock, a kept lock and a waiter is killed
+	// (SIGKILL) and its replica takes over: see deployShardFailover.
+	t.Run("ShardFailover/killed", func(t *testing.T) {
+		deployShardFailover(t, cluster, true)
+	})
+}
+
+// TestDeploy_Sentinel runs the core behaviours on a real primary and
+// replica watched by 3 Sentinels, through a FailoverClient, then fails the
+// primary over under a kept lock.
+func TestDeploy_Sentinel(t *testing.T) {
+	sentinel := redistest.StartSentinel(t)
+	d := deployment{client: func(t *testing.T) redis.UniversalClient { return sentinel.Client(t) }}
+	deployCore(t, d)
+
+	// A lock kept alive and replicated survives a forced failover (SENTINEL
+	// FAILOVER): its context stays live, the new primary holds the key with
+	// its token, no competitor gets the key meanwhile, and Release after the
+	// failover succeeds.
+	t.Run("Failover", func(t *testing.T) {
+		deploySentinelFailover(t, sentinel)
+	})
+}
+
+// deployCore runs the core behaviours as subtests of t on d.
+func deployCore(t *testing.T, d deployment) {
+	// Obtain sets the key to the lock's token with the ttl as its lease;
+	// TryObtain of a held key fails with ErrNotObtained; TTL and Refresh
+	// read and set the lease; Release frees the key, and a second Release,
+	// a Refresh or a TTL after it return ErrNotHeld. Nothing but a release
+	// mark is left.
+	t.Run("Basics", func(t *testing.T) {
+		ctx := ctxT(t, 10*time.Second)
+		const key = "deploy-basics"
+		rdb, other := d.client(t), d.client(t)
+		locker, competitor := redislock.New(rdb), redislock.New(other)
+
+		lk, err := locker.Obtain(ctx, key, 10*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, key, lk.Key())
+		assert.Equal(t, lk.Token(), other.Get(ctx, key).Val(), "the key holds the token")
+		pttl := other.PTTL(ctx, key).Val()
+		assert.True(t, pttl > 9*time.Second && pttl <= 10*time.Second, "PTTL %v, want the 10s lease", pttl)
+		assert.False(t, lk.Until().After(time.Now().Add(10*time.Second)), "Until within the lease")
+
+		_, err = competitor.TryObtain(ctx, key, time.Second)
+		require.ErrorIs(t, err, redislock.ErrNotObtained, "a held key")
+		_, err = competitor.Obtain(ctx, key, time.Second, redislock.WithWait(100*time.Millisecond))
+		require.ErrorIs(t, err, redislock.ErrNotObtained, "held until the wait's end")
+
+		left, err := lk.TTL(ctx)
+		require.NoError(t, err)
+		assert.True(t, left > 9*time.Second && left <= 10*time.Second, "TTL %v", left)
+		require.NoError(t, lk.Refresh(ctx, 20*time.Second))
+		left, err = lk.TTL(ctx)
+		require.NoError(t, err)
+		assert.True(t, left > 19*time.Second && left <= 20*time.Second, "TTL %v after Refresh(20s)", left)
+		assert.Equal(t, lk.Token(), other.Get(ctx, key).Val())
+
+		require.NoError(t, lk.Release(ctx))
+		assert.Zero(t, other.Exists(ctx, key).Val(), "Release freed the key")
+		require.ErrorIs(t, lk.Release(ctx), redislock.ErrNotHeld, "the second Release")
+		require.ErrorIs(t, lk.Refresh(ctx, time.Second), redislock.ErrNotHeld)
+		_, err = lk.TTL(ctx)
+		require.ErrorIs(t, err, redislock.ErrNotHeld)
+
+		next, err := competitor.TryObtain(ctx, key, time.Second)
+		require.NoError(t, err, "a released key is free")
+		require.NoError(t, next.Release(ctx))
+		requireOnlyMarksOf(t, rdb, key)
+	})
+
+	// KeepAlive keeps a 600 ms lease through 2 s, during which a competitor
+	// never gets the key; once the key is deleted behind the holder's back,
+	// the kept context ends with cause ErrLockLost within the lease.
+	t.Run("KeepAlive", func(t *testing.T) {
+		ctx := ctxT(t, 10*time.Second)
+		const key, ttl = "deploy-keepalive", 600 * time.Millisecond
+		rdb, other := d.client(t), d.client(t)
+		competitor := redislock.New(other)
+		lk, err := redislock.New(rdb).Obtain(ctx, key, ttl)
+		require.NoError(t, err)
+		kctx := lk.KeepAlive(ctx)
+
+		end := time.Now().Add(2 * time.Second)
+		tries := 0
+		for time.Now().Before(end) {
+			_, err := competitor.TryObtain(ctx, key, time.Second)
+			require.ErrorIs(t, err, redislock.ErrNotObtained, "the competitor got a kept key")
+			tries++
+			time.Sleep(50 * time.Millisecond)
+		}
+		require.NoError(t, kctx.Err(), "the lease was lost: %v", context.Cause(kctx))
+		assert.Greater(t, tries, 20)
+		assert.Equal(t, lk.Token(), other.Get(ctx, key).Val())
+		pttl := other.PTTL(ctx, key).Val()
+		assert.True(t, pttl > 0 && pttl <= ttl, "PTTL %v: renewed to the lease, not more", pttl)
+
+		require.NoError(t, other.Del(ctx, key).Err())
+		deleted := time.Now()
+		select {
+		case <-kctx.Done():
+		case <-time.After(2 * time.Second):
+			t.Fatal("the kept context is live 2s after its key was deleted")
+		}
+		assert.Less(t, time.Since(deleted), ttl, "the loss was signalled within the lease")
+		assert.Equal(t, redislock.ErrLockLost, context.Cause(kctx))
+		require.ErrorIs(t, lk.Release(ctx), redislock.ErrNotHeld)
+		requireOnlyMarksOf(t, rdb, key)
+	})
+
+	// With WithFencing every holder gets a fence above all the fences
+	// issued before for the key, whether it takes a free key or is handed
+	// it while waiting; SetFenced accepts each holder's fence in turn and
+	// refuses a stale one with ErrFenceRejected, keeping the newer value.
+	t.Run("Fencing", func(t *testing.T) {
+		ctx := ctxT(t, 10*time.Second)
+		const key, resource = "deploy-fencing", "deploy-fencing-resource"
+		rdb := d.client(t)
+		var lockers []*redislock.Locker
+		for range 3 {
+			lockers = append(lockers, redislock.New(d.client(t), redislock.WithFencing(), deployNoPolling))
+		}
+		var fences []int64
+		first, err := lockers[0].Obtain(ctx, key, 10*time.Second)
+		require.NoError(t, err)
+		fences = append(fences, first.Fence())
+		require.NoError(t, redislock.SetFenced(ctx, rdb, resource, "v0", first.Fence()))
+		require.NoError(t, first.Release(ctx))
+
+		prev, err := lockers[1].TryObtain(ctx, key, 10*time.Second)
+		require.NoError(t, err)
+		fences = append(fences, prev.Fence())
+		require.NoError(t, redislock.SetFenced(ctx, rdb, resource, "v1", prev.Fence()))
+		w := obtainAsync(ctx, lockers[2], key, 10*time.Second)
+		waitQueued(t, rdb, key, 1)
+		require.NoError(t, prev.Release(ctx))
+		r := <-w
+		require.NoError(t, r.err, "the waiter")
+		fences = append(fences, r.lock.Fence())
+		require.NoError(t, redislock.SetFenced(ctx, rdb, resource, "v2", r.lock.Fence()))
+
+		for i := 1; i < len(fences); i++ {
+			assert.Greater(t, fences[i], fences[i-1], "fences %v strictly increase", fences)
+		}
+		assert.Positive(t, fences[0])
+		err = redislock.SetFenced(ctx, rdb, resource, "stale", fences[1])
+		require.ErrorIs(t, err, redislock.ErrFenceRejected, "the previous holder's fence")
+		assert.Equal(t, "v2", rdb.HGet(ctx, resource, "value").Val(), "the newest holder's value is kept")
+		require.NoError(t, redislock.SetFenced(ctx, rdb, resource, "v2'", r.lock.Fence()), "the holder writes again")
+		require.NoError(t, r.lock.Release(ctx))
+		require.NoError(t, rdb.Del(ctx, resource).Err())
+	})
+
+	// Three waiters of three Lockers (each its own client) are served in
+	// the order they came once the holder releases: when each obtains, the
+	// waiters behind it are still in line in Redis and none of them has
+	// obtained. Afterwards nothing of the key is left but release marks.
+	t.Run("FIFO", func(t *testing.T) {
+		ctx := ctxT(t, 20*time.Second)
+		const key, n = "deploy-fifo", 3
+		rdb := d.client(t)
+		holder, err := redislock.New(rdb).Obtain(ctx, key, time.Minute)
+		require.NoError(t, err)
+		var results []<-chan obtained
+		for i := range n {
+			results = append(results, obtainAsync(ctx, redislock.New(d.client(t), deployNoPolling), key, time.Minute))
+			waitQueued(t, rdb, key, i+1)
+		}
+		time.Sleep(50 * time.Millisecond)
+		for i, ch := range results {
+			select {
+			case r := <-ch:
+				t.Fatalf("waiter %d returned while the key was held: %v", i, r.err)
+			default:
+			}
+		}
+		require.NoError(t, holder.Release(ctx))
+		for i, ch := range results {
+			var r obtained
+			select {
+			case r = <-ch:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("waiter %d did not obtain within 5s of its turn", i)
+			}
+			require.NoError(t, r.err, "waiter %d", i)
+			assert.Len(t, queued(t, rdb, key), n-1-i, "waiter %d was served before those behind it left the line", i)
+			assert.Equal(t, r.lock.Token(), rdb.Get(ctx, key).Val(), "waiter %d holds the key", i)
+			for j := i + 1; j < n; j++ {
+				select {
+				case o := <-results[j]:
+					t.Fatalf("waiter %d returned before waiter %d released: %v", j, i, o.err)
+				default:
+				}
+			}
+			require.NoError(t, r.lock.Release(ctx))
+		}
+		requireOnlyMarksOf(t, rdb, key)
+	})
+
+	// Reentrancy: a WithLock nested in a WithLock of the same key on the
+	// same Locker, with the context the outer one gave fn, joins at once
+	// (same token, no wait); another Locker cannot take the key meanwhile;
+	// the inner end leaves the key held and the outer end frees it.
+	t.Run("Reentrancy", func(t *testing.T) {
+		ctx := ctxT(t, 10*time.Second)
+		const key = "deploy-reentrant"
+		rdb, other := d.client(t), d.client(t)
+		locker, competitor := redislock.New(rdb), redislock.New(other)
+		ran := false
+		err := locker.WithLock(ctx, key, func(outer context.Context) error {
+			token := other.Get(ctx, key).Val()
+			require.NotEmpty(t, token)
+			start := time.Now()
+			err := locker.WithLock(outer, key, func(inner context.Context) error {
+				ran = true
+				assert.Less(t, time.Since(start), 200*time.Millisecond, "the nested WithLock waited")
+				assert.Equal(t, token, other.Get(ctx, key).Val(), "the same hold")
+				_, err := competitor.TryObtain(ctx, key, time.Second)
+				assert.ErrorIs(t, err, redislock.ErrNotObtained, "another Locker got a held key")
+				return nil
+			})
+			require.NoError(t, err)
+			assert.Equal(t, token, other.Get(ctx, key).Val(), "the nested end did not free the key")
+			return nil
+		})
+		require.NoError(t, err)
+		assert.True(t, ran)
+		assert.Zero(t, other.Exists(ctx, key).Val(), "the outer end freed the key")
+		requireOnlyMarksOf(t, rdb, key)
+	})
+
+	// Read-write lock: two readers of two Lockers hold the key together;
+	// the writer cannot take it and waits; a reader that comes while the
+	// writer waits lines up behind it; once the readers release the writer
+	// gets the key alone, and a reader waits until it releases.
+	t.Run("ReadWrite", func(t *testing.T) {
+		ctx := ctxT(t, 15*time.Second)
+		const key = "deploy-rw"
+		rdb := d.client(t)
+		r1, err := redislock.New(d.client(t)).TryObtain(ctx, key, time.Minute, redislock.WithShared())
+		require.NoError(t, err)
+		r2, err := redislock.New(d.client(t)).TryObtain(ctx, key, time.Minute, redislock.WithShared())
+		require.NoError(t, err, "a second reader shares the key")
+		assert.NotEqual(t, r1.Token(), r2.Token())
+
+		writers := redislock.New(d.client(t), deployNoPolling)
+		_, err = writers.TryObtain(ctx, key, time.Minute)
+		require.ErrorIs(t, err, redislock.ErrNotObtained, "the writer while readers hold the key")
+		w := obtainAsync(ctx, writers, key, time.Minute)
+		waitQueued(t, rdb, key, 1)
+		_, err = redislock.New(d.client(t)).TryObtain(ctx, key, time.Minute, redislock.WithShared())
+		require.ErrorIs(t, err, redislock.ErrNotObtained, "a reader while a writer waits")
+
+		require.NoError(t, r1.Release(ctx))
+		select {
+		case o := <-w:
+			t.Fatalf("the writer returned while a reader held the key: %v", o.err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		require.NoError(t, r2.Release(ctx))
+		o := <-w
+		require.NoError(t, o.err)
+		assert.Equal(t, o.lock.Token(), rdb.Get(ctx, key).Val(), "the writer holds the key")
+
+		reader := obtainAsync(ctx, redislock.New(d.client(t), deployNoPolling), key, time.Minute, redislock.WithShared())
+		waitQueued(t, rdb, key, 1)
+		select {
+		case o := <-reader:
+			t.Fatalf("a reader returned while the writer held the key: %v", o.err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		require.NoError(t, o.lock.Release(ctx))
+		ro := <-reader
+		require.NoError(t, ro.err, "the reader after the writer")
+		require.NoError(t, ro.lock.Release(ctx))
+		requireOnlyMarksOf(t, rdb, key)
+	})
+
+	// Semaphore of 2 permits: two holders of two Lockers hold it at once, a
+	// third cannot (TryObtain fails, Obtain waits) until one releases; then
+	// it gets the freed permit. Nothing is left once all have released.
+	t.Run("Semaphore", func(t *testing.T) {
+		ctx := ctxT(t, 15*time.Second)
+		const key = "deploy-sem"
+		rdb := d.client(t)
+		permits := redislock.WithPermits(2)
+		p1, err := redislock.New(d.client(t)).TryObtain(ctx, key, time.Minute, permits)
+		require.NoError(t, err)
+		p2, err := redislock.New(d.client(t)).TryObtain(ctx, key, time.Minute, permits)
+		require.NoError(t, err, "the second permit")
+		third := redislock.New(d.client(t), deployNoPolling)
+		_, err = third.TryObtain(ctx, key, time.Minute, permits)
+		require.ErrorIs(t, err, redislock.ErrNotObtained, "a third permit of 2")
+		w := obtainAsync(ctx, third, key, time.Minute, permits)
+		waitQueued(t, rdb, key, 1)
+		select {
+		case o := <-w:
+			t.Fatalf("a third holder returned while 2 held permits: %v", o.err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		require.NoError(t, p1.Release(ctx))
+		o := <-w
+		require.NoError(t, o.err, "the waiter gets the freed permit")
+		held := rdb.ZRange(ctx, key, 0, -1).Val()
+		assert.ElementsMatch(t, []string{p2.Token(), o.lock.Token()}, held, "the permits' holders")
+		require.NoError(t, p2.Release(ctx))
+		require.NoError(t, o.lock.Release(ctx))
+		requireOnlyMarksOf(t, rdb, key)
+	})
+}
+
+// deploySideKeysInSlot is TestDeploy_Cluster/SideKeysInTheLockKeysSlot.
+func deploySideKeysInSlot(t *testing.T, cluster *redistest.Cluster) {
+	ctx := ctxT(t, 30*time.Second)
+	cc := cluster.Client(t)
+	keys := []string{
+		"deploy-slot",          // no hash tag
+		"{deploy-tag}:slot",    // a hash tag
+		"deploy}slot{x",        // braces, no tag; the hash part contains "}"
+		"{}deploy-empty-tag",   // an empty tag: the whole key is hashed
+		"deploy-slot{a}{b}",    // the first tag counts
+		"deploy-slot-\xff\x00", // binary
+	}
+	slots := map[int64]string{}
+	for _, key := range keys {
+		s, err := cc.ClusterKeySlot(ctx, key).Result()
+		require.NoError(t, err)
+		require.Empty(t, slots[s], "%q and %q share slot %d: pick other keys", key, slots[s], s)
+		slots[s] = key
+	}
+	for _, key := range keys {
+		t.Run(fmt.Sprintf("%q", key), func(t *testing.T) {
+			ctx := ctxT(t, 15*time.Second)
+			want, err := cc.ClusterKeySlot(ctx, key).Result()
+			require.NoError(t, err)
+			master := cluster.MasterFor(t, key).Addr()
+			kinds := map[string]bool{}
+			snapshot := func(when string) {
+				t.Helper()
+				found := clusterKeysOf(t, cc, key)
+				require.NotEmpty(t, found, "%s: no key of %q found", when, key)
+				for _, k := range found {
+					assert.Equal(t, master, k.addr, "%s: %q is not on the master serving %q", when, k.name, key)
+					s, err := cc.ClusterKeySlot(ctx, k.name).Result()
+					require.NoError(t, err)
+					assert.Equal(t, want, s, "%s: %q is in slot %d, the lock key in %d", when, k.name, s, want)
+					kinds[sideKind(key, k.name)] = true
+				}
+			}
+
+			// An exclusive fenced holder, a new lease length (gens), a
+			// fenced writer and a reader waiting.
+			a := redislock.New(cluster.Client(t), redislock.WithFencing(), deployNoPolling)
+			b := redislock.New(cluster.Client(t), redislock.WithFencing(), deployNoPolling)
+			c := redislock.New(cluster.Client(t), deployNoPolling)
+			h, err := a.Obtain(ctx, key, 10*time.Second)
+			requireNoCrossSlot(t, err)
+			requireNoCrossSlot(t, h.Refresh(ctx, 20*time.Second))
+			w := obtainAsync(ctx, b, key, 10*time.Second)
+			waitQueued(t, cc, key, 1)
+			r := obtainAsync(ctx, c, key, 10*time.Second, redislock.WithShared())
+			waitQueued(t, cc, key, 2)
+			snapshot("a fenced holder with a new lease, a writer and a reader in line")
+
+			requireNoCrossSlot(t, h.Release(ctx))
+			wo := <-w
+			requireNoCrossSlot(t, wo.err)
+			assert.Greater(t, wo.lock.Fence(), h.Fence())
+			requireNoCrossSlot(t, wo.lock.Release(ctx))
+			ro := <-r
+			requireNoCrossSlot(t, ro.err)
+			r2, err := a.TryObtain(ctx, key, 10*time.Second, redislock.WithShared())
+			requireNoCrossSlot(t, err)
+			requireNoCrossSlot(t, r2.Refresh(ctx, 15*time.Second))
+			snapshot("two readers")
+			requireNoCrossSlot(t, ro.lock.Release(ctx))
+			requireNoCrossSlot(t, r2.Release(ctx))
+
+			// A semaphore: two permits held, one waiting.
+			permits := redislock.WithPermits(2)
+			p1, err := a.TryObtain(ctx, key, 10*time.Second, permits)
+			requireNoCrossSlot(t, err)
+			p2, err := b.Obtain(ctx, key, 10*time.Second, permits)
+			requireNoCrossSlot(t, err)
+			p3 := obtainAsync(ctx, c, key, 10*time.Second, permits)
+			waitQueued(t, cc, key, 1)
+			snapshot("two permits held, one waiting")
+			requireNoCrossSlot(t, p1.Release(ctx))
+			p3o := <-p3
+			requireNoCrossSlot(t, p3o.err)
+			requireNoCrossSlot(t, p2.Release(ctx))
+			requireNoCrossSlot(t, p3o.lock.Release(ctx))
+			snapshot("all released")
+
+			for _, kind := range []string{"", "fence", "queue", "places", "readers", "limit", "gens", "released"} {
+				assert.True(t, kinds[kind], "no key of kind %q seen: the test did not exercise it (seen %v)", kind, kinds)
+			}
+			requireOnlyMarksOf(t, cc, key, "fence")
+		})
+	}
+}
+
+// deployShardFailover is TestDeploy_Cluster/ShardFailover: the master
+// serving three locks fails over (killed, or by CLUSTER FAILOVER) while
+// one lock is held (not kept), one is kept alive with KeepAlive, and an
+// Obtain of another Locker waits for the held one.
+//
+//   - The kept lock is never live while another client can take its key:
+//     a competitor trying to obtain it all along never wins while the kept
+//     context is live, and the key is never seen absent or another's while
+//     it is. After the failover the kept lock is either still held (its
+//     context live, the new master holding the key with its token) or its
+//     context ended with cause ErrLockLost.
+//   - The held lock was replicated before the failover: its Release after
+//     it succeeds, and the waiter then obtains (it does not hang).
+//   - Nothing is left of the keys but release marks, and no goroutine of
+//     the library outlives the locks.
+func deployShardFailover(t *testing.T, cluster *redistest.Cluster, kill bool) {
+	ctx := ctxT(t, 40*time.Second)
+	tag := "{deploy-failover-manual}"
+	if kill {
+		tag = "{deploy-failover-killed}"
+	}
+	heldKey, keptKey := tag+":held", tag+":kept"
+	const keptTTL = 1500 * time.Millisecond
+
+	cc, waiterClient, competitorClient := cluster.Client(t), cluster.Client(t), cluster.Client(t)
+	locker := redislock.New(cc)
+	held, err := locker.Obtain(ctx, heldKey, 20*time.Second)
+	require.NoError(t, err)
+	kept, err := locker.Obtain(ctx, keptKey, keptTTL)
+	require.NoError(t, err)
+	kctx := kept.KeepAlive(ctx)
+	waiter := obtainAsync(ctx, redislock.New(waiterClient), heldKey, 20*time.Second)
+	waitQueued(t, cc, heldKey, 1)
+
+	master := cluster.MasterFor(t, keptKey)
+	require.Equal(t, master, cluster.MasterFor(t, heldKey))
+	// The locks and the place are replicated before the failover.
+	replica := cluster.ReplicaOf(t, master).Client(t, func(o *redis.Options) {
+		o.OnConnect = func(ctx context.Context, cn *redis.Conn) error { return cn.ReadOnly(ctx).Err() }
+	})
+	require.Eventually(t, func() bool {
+		return replica.Get(ctx, heldKey).Val() == held.Token() && replica.Get(ctx, keptKey).Val() == kept.Token() &&
+			replica.LLen(ctx, redislock.SideKey(heldKey, "queue")).Val() == 1
+	}, 5*time.Second, 10*time.Millisecond, "the replica has the locks")
+
+	// The competitor and the watcher run until the end of the failover
+	// plus two leases.
+	competitor := redislock.New(competitorClient)
+	var wins, violations, tries atomic.Int64
+	var mu sync.Mutex
+	var seen []string // what the violations were
+	violation := func(format string, args ...any) {
+		violations.Add(1)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) < 10 {
+			seen = append(seen, time.Now().Format("15:04:05.000 ")+fmt.Sprintf(format, args...))
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			tctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			tries.Add(1)
+			lk, err := competitor.TryObtain(tctx, keptKey, time.Second)
+			if err == nil {
+				wins.Add(1)
+				if kctx.Err() == nil {
+					violation("the competitor obtained %q while the kept context was live", keptKey)
+				}
+				_ = lk.Release(tctx)
+			}
+			v, err := competitorClient.Get(tctx, keptKey).Result()
+			cancel()
+			if (errors.Is(err, redis.Nil) || (err == nil && v != kept.Token())) && kctx.Err() == nil {
+				violation("%q is %q (%v) while the kept context is live", keptKey, v, err)
+			}
+		}
+	}()
+
+	start := time.Now()
+	var newMaster *redistest.Server
+	if kill {
+		old := cluster.KillMaster(t, keptKey)
+		newMaster = cluster.WaitFailover(t, old)
+	} else {
+		newMaster = cluster.Failover(t, master)
+	}
+	require.NotEqual(t, master.Addr(), newMaster.Addr())
+	t.Logf("failover took %v", time.Since(start))
+	time.Sleep(2 * keptTTL)
+	close(stop)
+	wg.Wait()
+
+	direct := newMaster.Client(t)
+	if err := kctx.Err(); err == nil {
+		assert.Equal(t, kept.Token(), direct.Get(ctx, keptKey).Val(), "a live kept lock's key on the new master")
+		pttl := direct.PTTL(ctx, keptKey).Val()
+		assert.True(t, pttl > 0 && pttl <= keptTTL, "PTTL %v of a live kept lock", pttl)
+		t.Logf("the kept lock survived the failover")
+	} else {
+		assert.Equal(t, redislock.ErrLockLost, context.Cause(kctx), "the kept context ended for another cause")
+		t.Logf("the kept lock was lost in the failover: %v", context.Cause(kctx))
+	}
+	assert.Zero(t, violations.Load(), "the kept lock was live while another could take it: %v", seen)
+	t.Logf("competitor: %d tries, %d wins", tries.Load(), wins.Load())
+	assert.Greater(t, tries.Load(), int64(20))
+
+	select {
+	case o := <-waiter:
+		t.Fatalf("the waiter returned while the key was held: lock %v, %v", o.lock != nil, o.err)
+	default:
+	}
+	assert.Equal(t, held.Token(), direct.Get(ctx, heldKey).Val(), "the held lock on the new master")
+	err = held.Release(ctx)
+	if kill && err != nil {
+		// go-redis does not reload its slot map when a master dies, and
+		// the client's last reload (after the kept lock's failed renewals)
+		// ran before the replica was promoted: the first command to the
+		// shard may fail on the network. The library then asks for a
+		// reload, and Release may be called again.
+		require.NotErrorIs(t, err, redislock.ErrNotHeld)
+		t.Logf("Release after the failover, first attempt: %v", err)
+		attempts := 1
+		require.Eventually(t, func() bool {
+			attempts++
+			err = held.Release(ctx)
+			return err == nil
+		}, 3*time.Second, 50*time.Millisecond, "Release after the failover: %v", err)
+		t.Logf("released at attempt %d", attempts)
+	}
+	require.NoError(t, err, "Release of a replicated lock after the failover")
+	select {
+	case o := <-waiter:
+		require.NoError(t, o.err, "the waiter after the release")
+		assert.Equal(t, o.lock.Token(), direct.Get(ctx, heldKey).Val(), "the waiter holds the key")
+		require.NoError(t, o.lock.Release(ctx))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter hangs 10s after the release")
+	}
+	if kctx.Err() == nil {
+		require.NoError(t, kept.Release(ctx), "Release of the surviving kept lock")
+	} else if err := kept.Release(ctx); err != nil {
+		require.ErrorIs(t, err, redislock.ErrNotHeld, "Release of a lost lock")
+	}
+	requireOnlyMarksOf(t, cc, heldKey)
+	requireOnlyMarksOf(t, cc, keptKey)
+
+	for _, c := range []*redis.ClusterClient{cc, waiterClient, competitorClient} {
+		require.NoError(t, c.Close())
+	}
+	requireNoLibraryGoroutines(t, 5*time.Second)
+}
+
+// deploySentinelFailover is TestDeploy_Sentinel/Failover.
+func deploySentinelFailover(t *testing.T, sentinel *redistest.Sentinel) {
+	ctx := ctxT(t, 40*time.Second)
+	const key, ttl = "deploy-sentinel-failover", 3 * time.Second
+	rdb, competitorClient := sentinel.Client(t), sentinel.Client(t)
+	lk, err := redislock.New(rdb).Obtain(ctx, key, ttl)
+	require.NoError(t, err)
+	kctx := lk.KeepAlive(ctx)
+
+	sentinel.WaitSynced(t)
+	replica := sentinel.Replica().Client(t)
+	require.Eventually(t, func() bool { return replica.Get(ctx, key).Val() == lk.Token() }, 5*time.Second,
+		10*time.Millisecond, "the replica has the lock")
+
+	competitor := redislock.New(competitorClient)
+	var tries, violations atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			tctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			tries.Add(1)
+			if other, err := competitor.TryObtain(tctx, key, time.Second); err == nil {
+				if kctx.Err() == nil {
+					violations.Add(1)
+				}
+				_ = other.Release(tctx)
+			}
+			cancel()
+		}
+	}()
+
+	start := time.Now()
+	newPrimary := sentinel.Failover(t)
+	require.Equal(t, sentinel.Replica(), newPrimary)
+	t.Logf("failover took %v", time.Since(start))
+	time.Sleep(2 * ttl)
+	close(stop)
+	wg.Wait()
+
+	require.NoError(t, kctx.Err(), "the kept lock was lost in the failover: %v", context.Cause(kctx))
+	direct := newPrimary.Client(t)
+	assert.Equal(t, lk.Token(), direct.Get(ctx, key).Val(), "the new primary holds the key with the lock's token")
+	pttl := direct.PTTL(ctx, key).Val()
+	assert.True(t, pttl > 0 && pttl <= ttl, "PTTL %v on the new primary", pttl)
+	assert.Zero(t, violations.Load(), "the competitor obtained the key while the kept context was live")
+	assert.Greater(t, tries.Load(), int64(20))
+	require.NoError(t, lk.Release(ctx), "Release after the failover")
+	assert.Zero(t, direct.Exists(ctx, key).Val(), "released on the new primary")
+	requireOnlyMarksOf(t, rdb, key)
+
+	require.NoError(t, rdb.Close())
+	require.NoError(t, competitorClient.Close())
+	requireNoLibraryGoroutines(t, 5*time.Second)
+}
+
+// A clusterKey is a key found on a Cluster master.
+type clusterKey struct{ name, addr string }
+
+// clusterKeysOf returns the keys of the lock key key (the key itself and
+// every key the library keeps beside it, which end with ":" and the key)
+// found by SCAN on every master of cc, with the master's address.
+func clusterKeysOf(t testing.TB, cc *redis.ClusterClient, key string) []clusterKey {
+	t.Helper()
+	var mu sync.Mutex
+	var found []clusterKey
+	err := cc.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		names, err := keysOf(ctx, c, key)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range names {
+			found = append(found, clusterKey{n, c.Options().Addr})
+		}
+		return err
+	})
+	require.NoError(t, err)
+	return found
+}
+
+// keysOf returns the keys of the lock key key in c (one node), by SCAN.
+func keysOf(ctx context.Context, c *redis.Client, key string) ([]string, error) {
+	var names []string
+	it := c.Scan(ctx, 0, "*", 1000).Iterator()
+	for it.Next(ctx) {
+		if k := it.Val(); k == key || strings.HasSuffix(k, ":"+key) {
+			names = append(names, k)
+		}
+	}
+	return names, it.Err()
+}
+
+// sideKind returns the kind of the key name kept for the lock key key
+// ("fence", "queue", ..., "released"), or "" for the lock key itself.
+func sideKind(key, name string) string {
+	if name == key {
+		return ""
+	}
+	const infix = "}:redislock:"
+	i := strings.Index(name, infix)
+	if i < 0 {
+		return "unknown:" + name
+	}
+	kind, _, _ := strings.Cut(name[i+len(infix):], ":")
+	return kind
+}
+
+// requireOnlyMarksOf fails t unless, within 2 s, nothing of the lock key key
+// is left in rdb (on every master of a Cluster) but release marks that
+// expire, and keys of the kinds in allowed (such as "fence", which has no
+// expiry).
+func requireOnlyMarksOf(t testing.TB, rdb redis.UniversalClient, key string, allowed ...string) {
+	t.Helper()
+	var names []string
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		names = names[:0]
+		switch c := rdb.(type) {
+		case *redis.ClusterClient:
+			for _, k := range clusterKeysOf(t, c, key) {
+				names = append(names, k.name)
+			}
+		case *redis.Client:
+			var err error
+			names, err = keysOf(context.Background(), c, key)
+			require.NoError(t, err)
+		default:
+			t.Fatalf("requireOnlyMarksOf: a %T", rdb)
+		}
+		names = slices.DeleteFunc(names, func(n string) bool { return slices.Contains(allowed, sideKind(key, n)) })
+		rest := withoutMarks(t, rdb, names)
+		if len(rest) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("keys of %q left: %q", key, rest)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// requireNoCrossSlot fails t if err is not nil, saying first whether it is
+// Redis Cluster's CROSSSLOT error.
+func requireNoCrossSlot(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		require.NotContains(t, err.Error(), "CROSSSLOT", "a script touched keys of different slots")
+	}
+	require.NoError(t, err)
+}
+
+// requireNoLibraryGoroutines fails t unless, within d, no goroutine runs
+// code of package redislock (lease keepers, subscriptions, background
+// releases and calls).
+func requireNoLibraryGoroutines(t testing.TB, d time.Duration) {
+	t.Helper()
+	const pkg = "github.com/seed5e0b76d9/redislock."
+	buf := make([]byte, 1<<20)
+	deadline := time.Now().Add(d)
+	for {
+		n := runtime.Stack(buf, true)
+		var left []string
+		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+			if strings.Contains(g, pkg) && !strings.Contains(g, pkg+"TestMain(") {
+				left = append(left, g)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines of package redislock still run %v after the locks ended:\n%s", len(left), d, strings.Join(left, "\n\n"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

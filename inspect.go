@@ -1,0 +1,51 @@
+package redislock
+
+import (
+	"context"
+	"time"
+)
+
+// Info is what Locker.Inspect found at a lock key.
+type Info struct {
+	Key     string
+	Mode    string   // ModeExclusive, ModeShared, ModeSemaphore, or "" when nobody holds the key
+	Holders []Holder // who holds the key: one for ModeExclusive
+	Permits int      // a semaphore's number of permits (WithPermits); 0 for other modes
+	Fence   int64    // the latest fence issued for the key (WithFencing), 0 if none
+	// Waiting counts the places in the key's line in Redis. A place is
+	// one waiting Obtain, or for exclusive waiters the Obtains of one
+	// Locker (process): at least that many wait.
+	Waiting int
+}
+
+// The modes Info reports.
+const (
+	ModeExclusive = "exclusive" // a plain lock, or the writer of a read-write lock
+	ModeShared    = "shared"    // the readers of a read-write lock (WithShared)
+	ModeSemaphore = "semaphore" // the permits of a semaphore (WithPermits)
+)
+
+// A Holder is a holder of a lock key.
+type Holder struct {
+	Token       string        // the value the holder's lock has in Redis (see Lock.Token)
+	Description string        // who holds it (see WithHolder); "" when the token carries none
+	TTL         time.Duration // the lease left, as Redis sees it
+}
+
+// Inspect reports who holds key, with their leases, the latest fence issued
+// and how many wait, for a lock of any mode, in one round trip. It changes
+// nothing. A key that is not a lock of this library is reported as far as
+// it can be read: an exclusive holder for a string, permits for a sorted
+// set. An empty key returns ErrInvalidKey.
+func (l *Locker) Inspect(ctx context.Context, key string) (Info, error) {
+	if err := l.check(key, time.Millisecond, &l.opts); err != nil {
+		return Info{}, err
+	}
+	info, err := bounded(ctx, l.direct, func(ctx context.Context) (Info, error) {
+		return runInspect(ctx, l.client, key)
+	}, nil)
+	if err != nil {
+		return Info{}, failed("inspect", key, err)
+	}
+	return info, nil
+}

@@ -1,0 +1,194 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Hooks are called when something happens to the locks of a Locker, for
+// logs and metrics (SlogHooks writes them to a log/slog Logger; the
+// otelredislock module records OpenTelemetry metrics and spans). Set them
+// with WithHooks on New. Every field is optional.
+//
+// A hook is called synchronously, by the goroutine where the event
+// happened, once the library's work for the event is done and with none of
+// its locks held: a slow hook delays the call it reports on (Obtain returns
+// later) and nothing else, but a hook that blocks blocks that call. Hooks
+// are called from many goroutines at once: they must be safe for
+// concurrent use. ctx is the context of the call (Obtain's, Release's), or
+// for Renew and Lost the context KeepAlive returned.
+type Hooks struct {
+	// Obtain is called when Obtain, TryObtain or WithLock has acquired the
+	// lock or given up (not for calls rejected as bad input).
+	Obtain func(ctx context.Context, e ObtainEvent)
+	// HandOff is called when a Release handed the key over directly: to
+	// another Obtain of this Locker (Local), or to the next place in the
+	// key's line in Redis.
+	HandOff func(ctx context.Context, e HandOffEvent)
+	// Renew is called for each renewal of a kept lease (KeepAlive,
+	// WithLock) when its outcome is known.
+	Renew func(ctx context.Context, e RenewEvent)
+	// Lost is called once per acquisition when it is known to be lost: its
+	// kept context ended with ErrLockLost, or a Refresh, TTL or renewal
+	// found the key gone or held by another owner.
+	Lost func(ctx context.Context, e LostEvent)
+	// Release is called when the release of an acquisition returns (the
+	// Release of its last handle: see Lock.Context).
+	Release func(ctx context.Context, e ReleaseEvent)
+}
+
+// An Outcome is how an Obtain, a renewal or a Release ended. Its string is
+// fit for a metric attribute.
+type Outcome string
+
+// The outcomes of the events.
+const (
+	OutcomeAcquired    Outcome = "acquired"     // Obtain: the lock is held
+	OutcomeNotObtained Outcome = "not_obtained" // Obtain: another owner kept the key (ErrNotObtained)
+	OutcomeRenewed     Outcome = "renewed"      // Renew: the lease was set anew
+	OutcomeSuperseded  Outcome = "superseded"   // Renew: held, but a later command (a Refresh) had set the lease
+	OutcomeLost        Outcome = "lost"         // Renew: the key was gone or another owner's
+	OutcomeReleased    Outcome = "released"     // Release: the lock was released (or passed on)
+	OutcomeNotHeld     Outcome = "not_held"     // Release: the lock was no longer held (ErrNotHeld)
+	OutcomeBackground  Outcome = "background"   // Release: ctx ended; the release goes on in the background
+	OutcomeError       Outcome = "error"        // any: Redis or the network failed (Err says how)
+)
+
+// An ObtainEvent reports an acquisition attempt (Obtain, TryObtain,
+// WithLock).
+type ObtainEvent struct {
+	Key      string
+	Outcome  Outcome       // OutcomeAcquired, OutcomeNotObtained or OutcomeError
+	Wait     time.Duration // from the call to its outcome
+	Attempts int           // acquire commands this call sent (0: joined, passed or handed the lock)
+	Joined   bool          // it joined a lock its ctx carries (see Lock.Context)
+	Token    string        // the lock's token, when acquired
+	Fence    int64         // the lock's fence, when acquired WithFencing
+	Err      error         // the call's error, when not acquired
+}
+
+// A HandOffEvent reports a Release that handed the key to a waiter.
+type HandOffEvent struct {
+	Key   string
+	Local bool // passed to another Obtain of this Locker, with no round trip
+	To    int  // how many waiters got the key (several readers or permits at once)
+}
+
+// A RenewEvent reports one renewal of a kept lease.
+type RenewEvent struct {
+	Key     string
+	Token   string
+	Outcome Outcome       // OutcomeRenewed, OutcomeSuperseded, OutcomeLost or OutcomeError
+	Latency time.Duration // from sending to the outcome
+	Hedge   bool          // sent while an earlier renewal of the lease was still unanswered
+	Err     error         // the error, for OutcomeError
+}
+
+// A LostEvent reports that an acquisition was lost.
+type LostEvent struct {
+	Key   string
+	Token string
+	Held  time.Duration // from the acquisition to the loss
+	Err   error         // why: wraps ErrLockLost, and the last renewal's error when there was one
+}
+
+// A ReleaseEvent reports the release of an acquisition.
+type ReleaseEvent struct {
+	Key     string
+	Token   string
+	Outcome Outcome       // OutcomeReleased, OutcomeNotHeld, OutcomeBackground or OutcomeError
+	Held    time.Duration // from the acquisition to the release
+	Err     error         // Release's error (nil when released)
+}
+
+// WithHooks adds hooks to those of the Locker (see Hooks): given several
+// times, every hook given is called, in order. It applies to the Locker it
+// is given to (New), not to single calls.
+func WithHooks(h Hooks) Option {
+	return func(o *options) { o.hooks = o.hooks.join(h) }
+}
+
+// join returns hooks that call h's, then o's.
+func (h Hooks) join(o Hooks) Hooks {
+	return Hooks{
+		Obtain:  both(h.Obtain, o.Obtain),
+		HandOff: both(h.HandOff, o.HandOff),
+		Renew:   both(h.Renew, o.Renew),
+		Lost:    both(h.Lost, o.Lost),
+		Release: both(h.Release, o.Release),
+	}
+}
+
+func both[E any](a, b func(context.Context, E)) func(context.Context, E) {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return func(ctx context.Context, e E) { a(ctx, e); b(ctx, e) }
+}
+
+// obtained reports an acquisition attempt that began at start.
+func (l *Locker) obtained(ctx context.Context, key string, start time.Time, attempts int, lk *Lock, err error) {
+	h := l.opts.hooks.Obtain
+	if h == nil {
+		return
+	}
+	e := ObtainEvent{Key: key, Wait: time.Since(start), Attempts: attempts, Err: err}
+	switch {
+	case err == nil:
+		e.Outcome, e.Joined, e.Token, e.Fence = OutcomeAcquired, lk.joined != nil, lk.token, lk.fence
+	case errors.Is(err, ErrNotObtained):
+		e.Outcome = OutcomeNotObtained
+	default:
+		e.Outcome = OutcomeError
+	}
+	h(ctx, e)
+}
+
+// handedOff reports a hand-off of key to n waiters.
+func (l *Locker) handedOff(ctx context.Context, key string, local bool, n int) {
+	if h := l.opts.hooks.HandOff; h != nil && n > 0 {
+		h(ctx, HandOffEvent{Key: key, Local: local, To: n})
+	}
+}
+
+// renewed reports the outcome of a renewal of lk sent at sent.
+func (l *Locker) renewed(r *renewal, sent time.Time, hedge bool, out Outcome, err error) {
+	if h := l.opts.hooks.Renew; h != nil {
+		h(r.ctx, RenewEvent{Key: r.lk.key, Token: r.lk.token, Outcome: out, Latency: time.Since(sent), Hedge: hedge, Err: err})
+	}
+}
+
+// releasedEvent reports the end of lk's release, with Release's error.
+func (lk *Lock) releasedEvent(ctx context.Context, err error) {
+	h := lk.locker.opts.hooks.Release
+	if h == nil {
+		return
+	}
+	e := ReleaseEvent{Key: lk.key, Token: lk.token, Held: time.Since(lk.since), Err: err, Outcome: OutcomeReleased}
+	switch {
+	case errors.Is(err, ErrNotHeld):
+		e.Outcome = OutcomeNotHeld
+	case isBackground(err):
+		e.Outcome = OutcomeBackground
+	case err != nil:
+		e.Outcome = OutcomeError
+	}
+	h(ctx, e)
+}
+
+// errBackground marks the errors of a Release that goes on in the
+// background.
+var errBackground = errors.New("goes on in the background")
+
+// background returns the error of a release of key that goes on in the
+// background because of err (ctx's end).
+func background(key string, err error) error {
+	return fmt.Errorf("redislock: release %s %w: %w", quoteKey(key), errBackground, err)
+}
+
+func isBackground(err error) bool { return errors.Is(err, errBackground) }

@@ -1,0 +1,362 @@
+package redislock_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed5e0b76d9/redislock"
+)
+
+// recorder collects the events of a Locker's hooks.
+type recorder struct {
+	mu       sync.Mutex
+	obtains  []redislock.ObtainEvent
+	handoffs []redislock.HandOffEvent
+	renewals []redislock.RenewEvent
+	losses   []redislock.LostEvent
+	releases []redislock.ReleaseEvent
+}
+
+func (r *recorder) hooks() redislock.Hooks {
+	return redislock.Hooks{
+		Obtain:  func(_ context.Context, e redislock.ObtainEvent) { r.mu.Lock(); r.obtains = append(r.obtains, e); r.mu.Unlock() },
+		HandOff: func(_ context.Context, e redislock.HandOffEvent) { r.mu.Lock(); r.handoffs = append(r.handoffs, e); r.mu.Unlock() },
+		Renew:   func(_ context.Context, e redislock.RenewEvent) { r.mu.Lock(); r.renewals = append(r.renewals, e); r.mu.Unlock() },
+		Lost:    func(_ context.Context, e redislock.LostEvent) { r.mu.Lock(); r.losses = append(r.losses, e); r.mu.Unlock() },
+		Release: func(_ context.Context, e redislock.ReleaseEvent) { r.mu.Lock(); r.releases = append(r.releases, e); r.mu.Unlock() },
+	}
+}
+
+// snapshot returns a copy of what r recorded.
+func (r *recorder) snapshot() recorder {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return recorder{obtains: append(r.obtains[:0:0], r.obtains...), handoffs: append(r.handoffs[:0:0], r.handoffs...),
+		renewals: append(r.renewals[:0:0], r.renewals...), losses: append(r.losses[:0:0], r.losses...),
+		releases: append(r.releases[:0:0], r.releases...)}
+}
+
+// The Obtain hook reports each acquisition attempt once, with its outcome:
+// acquired (with the token, fence, one attempt and the wait), joined (no
+// attempt), not obtained (ErrNotObtained), and an error when Redis is down
+// (not "not obtained"). Bad input reports nothing.
+func TestHooks_Obtain(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		rdb, _ := b.client(t)
+		var rec recorder
+		locker := redislock.New(rdb, redislock.WithHooks(rec.hooks()))
+		lk, err := locker.Obtain(ctx, "k", time.Minute, redislock.WithFencing())
+		require.NoError(t, err)
+		joined, err := locker.Obtain(lk.Context(ctx), "k", time.Minute)
+		require.NoError(t, err)
+		_, err = redislock.New(rdb, redislock.WithHooks(rec.hooks())).TryObtain(ctx, "k", time.Minute)
+		require.ErrorIs(t, err, redislock.ErrNotObtained)
+		_, err = locker.Obtain(ctx, "", time.Minute)
+		require.ErrorIs(t, err, redislock.ErrInvalidKey)
+
+		got := rec.snapshot().obtains
+		require.Len(t, got, 3)
+		assert.Equal(t, redislock.OutcomeAcquired, got[0].Outcome)
+		assert.Equal(t, lk.Token(), got[0].Token)
+		assert.Equal(t, lk.Fence(), got[0].Fence)
+		assert.Equal(t, 1, got[0].Attempts)
+		assert.Positive(t, got[0].Wait)
+		assert.True(t, got[1].Joined)
+		assert.Zero(t, got[1].Attempts)
+		assert.Equal(t, redislock.OutcomeNotObtained, got[2].Outcome)
+		assert.ErrorIs(t, got[2].Err, redislock.ErrNotObtained)
+		require.NoError(t, joined.Release(ctx))
+		require.NoError(t, lk.Release(ctx))
+	})
+
+	t.Run("redis down", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		require.NoError(t, ln.Close())
+		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		var rec recorder
+		_, err = redislock.New(rdb, redislock.WithHooks(rec.hooks())).TryObtain(context.Background(), "k", time.Minute)
+		require.Error(t, err)
+		got := rec.snapshot().obtains
+		require.Len(t, got, 1)
+		assert.Equal(t, redislock.OutcomeError, got[0].Outcome)
+		assert.Equal(t, err, got[0].Err)
+	})
+}
+
+// A contended Obtain reports the time it waited, from the call to the
+// hand-off; the Release that handed the key over reports the hand-off:
+// through Redis when the key went to the next place in line (here another
+// Locker's), local when the Locker passed it to its own next Obtain within
+// its turn.
+func TestHooks_HandOff(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	checker, _ := b.client(t)
+	var rec recorder
+	holder := redislock.New(rdb, redislock.WithHooks(rec.hooks()))
+	waiter := redislock.New(rdb, redislock.WithHooks(rec.hooks()))
+	lk, err := holder.Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	first := obtainAsync(ctx, waiter, "k", time.Minute)
+	waitQueued(t, checker, "k", 1)
+	second := obtainAsync(ctx, waiter, "k", time.Minute)
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, lk.Release(ctx))
+	r1 := <-first
+	require.NoError(t, r1.err)
+	require.NoError(t, r1.lock.Release(ctx))
+	r2 := <-second
+	require.NoError(t, r2.err)
+	require.NoError(t, r2.lock.Release(ctx))
+
+	got := rec.snapshot()
+	require.Len(t, got.handoffs, 2)
+	assert.Equal(t, redislock.HandOffEvent{Key: "k", Local: false, To: 1}, got.handoffs[0])
+	assert.Equal(t, redislock.HandOffEvent{Key: "k", Local: true, To: 1}, got.handoffs[1])
+	require.Len(t, got.obtains, 3)
+	for _, e := range got.obtains[1:] {
+		assert.Equal(t, redislock.OutcomeAcquired, e.Outcome)
+		assert.GreaterOrEqual(t, e.Wait, 100*time.Millisecond)
+	}
+}
+
+// Renewals of a kept lease are reported as renewed, with their latency; a
+// renewal sent while an earlier one of the same lease is unanswered is
+// reported as a hedge.
+func TestHooks_Renew(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	var stall sync.Once
+	rdb.AddHook(hook{pipeline: func(cmds []redis.Cmder) {
+		if runs(cmds[0], redislock.RefreshScriptHash) {
+			stall.Do(func() { time.Sleep(300 * time.Millisecond) }) // the first renewal is slow
+		}
+	}})
+	var rec recorder
+	lk, err := redislock.New(rdb, redislock.WithHooks(rec.hooks())).Obtain(ctx, "k", 600*time.Millisecond)
+	require.NoError(t, err)
+	lctx := lk.KeepAlive(ctx)
+	time.Sleep(1500 * time.Millisecond)
+	require.NoError(t, lctx.Err())
+	require.NoError(t, lk.Release(ctx))
+	got := rec.snapshot().renewals
+	require.GreaterOrEqual(t, len(got), 3)
+	hedges, slow := 0, 0
+	for _, e := range got {
+		assert.Equal(t, redislock.OutcomeRenewed, e.Outcome, "%+v", e)
+		assert.Equal(t, lk.Token(), e.Token)
+		if e.Hedge {
+			hedges++
+		}
+		if e.Latency >= 300*time.Millisecond {
+			slow++
+		}
+	}
+	assert.Positive(t, hedges, "the slow renewal was hedged")
+	assert.Equal(t, 1, slow, "one renewal took 300 ms")
+}
+
+// A lost lock is reported once, with the key, how long it was held and the
+// cause: "gone or held by another owner" when a renewal found the key
+// deleted; the last renewal's error when renewals failed until the lease
+// ran out (here: the client was closed, which the cause names). The
+// Release that follows reports not_held.
+func TestHooks_Lost(t *testing.T) {
+	t.Run("deleted", func(t *testing.T) {
+		b := realBackend(t)
+		ctx := ctxT(t, 10*time.Second)
+		rdb, _ := b.client(t)
+		var rec recorder
+		lk, err := redislock.New(rdb, redislock.WithHooks(rec.hooks())).Obtain(ctx, "k", 600*time.Millisecond)
+		require.NoError(t, err)
+		lctx := lk.KeepAlive(ctx)
+		require.NoError(t, rdb.Del(ctx, "k").Err())
+		<-lctx.Done()
+		require.ErrorIs(t, lk.Release(ctx), redislock.ErrNotHeld)
+		require.Eventually(t, func() bool { return len(rec.snapshot().losses) == 1 }, time.Second, 5*time.Millisecond)
+		got := rec.snapshot()
+		e := got.losses[0]
+		assert.Equal(t, "k", e.Key)
+		assert.ErrorIs(t, e.Err, redislock.ErrLockLost)
+		assert.Contains(t, e.Err.Error(), "gone or held by another owner")
+		assert.Positive(t, e.Held)
+		require.Len(t, got.releases, 1)
+		assert.Equal(t, redislock.OutcomeNotHeld, got.releases[0].Outcome)
+	})
+	t.Run("client closed", func(t *testing.T) {
+		b := realBackend(t)
+		ctx := ctxT(t, 10*time.Second)
+		rdb := redis.NewClient(&redis.Options{Addr: b.addr})
+		var rec recorder
+		lk, err := redislock.New(rdb, redislock.WithHooks(rec.hooks())).Obtain(ctx, "k", 600*time.Millisecond)
+		require.NoError(t, err)
+		lctx := lk.KeepAlive(ctx)
+		require.NoError(t, rdb.Close())
+		<-lctx.Done()
+		require.Eventually(t, func() bool { return len(rec.snapshot().losses) == 1 }, time.Second, 5*time.Millisecond)
+		e := rec.snapshot().losses[0]
+		assert.ErrorIs(t, e.Err, redislock.ErrLockLost)
+		assert.ErrorIs(t, e.Err, redis.ErrClosed, "the cause names the closed client: %v", e.Err)
+		var failed int
+		for _, r := range rec.snapshot().renewals {
+			if r.Outcome == redislock.OutcomeError {
+				failed++
+			}
+		}
+		assert.Positive(t, failed)
+	})
+}
+
+// Release reports its outcome: released, not_held, or background when its
+// ctx was done (the release goes on).
+func TestHooks_Release(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		rdb, _ := b.client(t)
+		var rec recorder
+		locker := redislock.New(rdb, redislock.WithHooks(rec.hooks()))
+		for _, c := range []struct {
+			want    redislock.Outcome
+			prepare func(lk *redislock.Lock) context.Context
+		}{
+			{redislock.OutcomeReleased, func(*redislock.Lock) context.Context { return ctx }},
+			{redislock.OutcomeNotHeld, func(lk *redislock.Lock) context.Context {
+				require.NoError(t, rdb.Del(ctx, lk.Key()).Err())
+				return ctx
+			}},
+			{redislock.OutcomeBackground, func(*redislock.Lock) context.Context {
+				done, cancel := context.WithCancel(ctx)
+				cancel()
+				return done
+			}},
+		} {
+			lk, err := locker.Obtain(ctx, "k:"+string(c.want), time.Minute)
+			require.NoError(t, err)
+			err = lk.Release(c.prepare(lk))
+			got := rec.snapshot().releases
+			require.NotEmpty(t, got)
+			e := got[len(got)-1]
+			assert.Equal(t, c.want, e.Outcome)
+			assert.Equal(t, err, e.Err)
+			assert.Equal(t, lk.Token(), e.Token)
+		}
+		assert.Eventually(t, func() bool { return rdb.Exists(ctx, "k:background").Val() == 0 }, 5*time.Second, 10*time.Millisecond)
+	})
+}
+
+// WithHooks given twice calls both, in order.
+func TestHooks_Join(t *testing.T) {
+	b := miniBackend(t)
+	rdb, _ := b.client(t)
+	var order []string
+	h := func(name string) redislock.Hooks {
+		return redislock.Hooks{Obtain: func(context.Context, redislock.ObtainEvent) { order = append(order, name) }}
+	}
+	lk, err := redislock.New(rdb, redislock.WithHooks(h("a")), redislock.WithHooks(h("b"))).Obtain(context.Background(), "k", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, lk.Release(context.Background()))
+	assert.Equal(t, []string{"a", "b"}, order)
+}
+
+// SlogHooks logs a lost lock at level ERROR with the key, how long it was
+// held and the cause; acquisitions at DEBUG, which an INFO logger drops.
+func TestSlogHooks_Lost(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewJSONHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	lk, err := redislock.New(rdb, redislock.WithHooks(redislock.SlogHooks(logger))).Obtain(ctx, "orders:42", 600*time.Millisecond)
+	require.NoError(t, err)
+	lctx := lk.KeepAlive(ctx)
+	require.NoError(t, rdb.Del(ctx, "orders:42").Err())
+	<-lctx.Done()
+	var rec map[string]any
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "redislock: lock lost" {
+				return true
+			}
+		}
+		return false
+	}, time.Second, 5*time.Millisecond)
+	assert.Equal(t, "ERROR", rec["level"])
+	assert.Equal(t, "orders:42", rec["key"])
+	assert.Contains(t, rec["err"], "gone or held by another owner")
+	assert.Contains(t, rec, "held")
+	mu.Lock()
+	assert.NotContains(t, buf.String(), `"outcome":"acquired"`, "DEBUG events are below the logger's level")
+	mu.Unlock()
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
+}
+
+// The uncontended Obtain + Release cycle with no hooks, no-op hooks and
+// SlogHooks on a logger at INFO (the events of the cycle are DEBUG): hooks
+// must not cost more than 5% (compare the ns/op of the three).
+func BenchmarkHooks(b *testing.B) {
+	be := realBackend(b)
+	rdb, _ := be.client(b)
+	noop := redislock.Hooks{
+		Obtain:  func(context.Context, redislock.ObtainEvent) {},
+		HandOff: func(context.Context, redislock.HandOffEvent) {},
+		Renew:   func(context.Context, redislock.RenewEvent) {},
+		Lost:    func(context.Context, redislock.LostEvent) {},
+		Release: func(context.Context, redislock.ReleaseEvent) {},
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	for _, c := range []struct {
+		name string
+		opts []redislock.Option
+	}{
+		{"none", nil},
+		{"noop", []redislock.Option{redislock.WithHooks(noop)}},
+		{"slog", []redislock.Option{redislock.WithHooks(redislock.SlogHooks(logger))}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			locker := redislock.New(rdb, c.opts...)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				lk, err := locker.Obtain(ctx, "bench", time.Minute)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lk.Release(ctx); err != nil && !errors.Is(err, redislock.ErrNotHeld) {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
