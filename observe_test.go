@@ -32,11 +32,31 @@ type recorder struct {
 
 func (r *recorder) hooks() redislock.Hooks {
 	return redislock.Hooks{
-		Obtain:  func(_ context.Context, e redislock.ObtainEvent) { r.mu.Lock(); r.obtains = append(r.obtains, e); r.mu.Unlock() },
-		HandOff: func(_ context.Context, e redislock.HandOffEvent) { r.mu.Lock(); r.handoffs = append(r.handoffs, e); r.mu.Unlock() },
-		Renew:   func(_ context.Context, e redislock.RenewEvent) { r.mu.Lock(); r.renewals = append(r.renewals, e); r.mu.Unlock() },
-		Lost:    func(_ context.Context, e redislock.LostEvent) { r.mu.Lock(); r.losses = append(r.losses, e); r.mu.Unlock() },
-		Release: func(_ context.Context, e redislock.ReleaseEvent) { r.mu.Lock(); r.releases = append(r.releases, e); r.mu.Unlock() },
+		Obtain: func(_ context.Context, e redislock.ObtainEvent) {
+			r.mu.Lock()
+			r.obtains = append(r.obtains, e)
+			r.mu.Unlock()
+		},
+		HandOff: func(_ context.Context, e redislock.HandOffEvent) {
+			r.mu.Lock()
+			r.handoffs = append(r.handoffs, e)
+			r.mu.Unlock()
+		},
+		Renew: func(_ context.Context, e redislock.RenewEvent) {
+			r.mu.Lock()
+			r.renewals = append(r.renewals, e)
+			r.mu.Unlock()
+		},
+		Lost: func(_ context.Context, e redislock.LostEvent) {
+			r.mu.Lock()
+			r.losses = append(r.losses, e)
+			r.mu.Unlock()
+		},
+		Release: func(_ context.Context, e redislock.ReleaseEvent) {
+			r.mu.Lock()
+			r.releases = append(r.releases, e)
+			r.mu.Unlock()
+		},
 	}
 }
 
