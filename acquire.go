@@ -17,7 +17,7 @@ func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *opti
 	a := attemptArgs{key: key, token: newToken(l.lines.holder), locker: l.id, ttl: ttl, fenced: o.fencing, mode: o.mode}
 	start := time.Now()
 	res, err := bounded(ctx, l.direct, func(ctx context.Context) (attemptResult, error) {
-		res, err := runAttempt(ctx, l.client, a)
+		res, err := l.attemptAcked(ctx, a, o.replicas)
 		l.noteErr(err)
 		return res, err
 	}, func(res attemptResult, err error) {
@@ -28,6 +28,7 @@ func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *opti
 	switch {
 	case err == nil && res.ours:
 		lk := newLock(l, key, a.token, o.mode, res.fence, ttl, start)
+		lk.replicas = o.replicas
 		if time.Until(lk.Until()) >= ttl/2 {
 			return lk, nil
 		}
@@ -52,10 +53,15 @@ func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *op
 	ln, w := l.lines.join(l, key, ttl, o)
 	for {
 		s := l.lines.next(l, ln, w)
+		if s.lock != nil {
+			s.lock.replicas = o.replicas
+		}
 		switch {
-		case s.lock != nil && !s.claim:
+		case s.lock != nil && !s.claim && o.replicas.n == 0:
 			return s.lock, attempts, nil
 		case s.lock != nil:
+			// The lock was handed or passed over without an acknowledged
+			// write of ours: fit writes one (see WithReplicas).
 			err := l.fit(ctx, s.lock, w.ttl, w.fenced)
 			if err == nil {
 				return s.lock, attempts, nil
@@ -114,7 +120,7 @@ func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bo
 		fence := fenced && lk.fence == 0
 		id, gen, _ := lk.setting(ttl)
 		r, err := bounded(ctx, l.direct, func(ctx context.Context) (refreshResult, error) {
-			res, err := runRefresh(ctx, l.client, refreshArgs{key: lk.key, token: lk.token, mode: lk.mode, ttl: ttl, gen: gen, fenced: fence})
+			res, err := l.refresh(ctx, refreshArgs{key: lk.key, token: lk.token, mode: lk.mode, ttl: ttl, gen: gen, fenced: fence}, lk.replicas)
 			lk.settled(id, outcomeOf(res, err))
 			return res, err
 		}, nil)

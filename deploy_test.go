@@ -482,6 +482,7 @@ func deploySideKeysInSlot(t *testing.T, cluster *redistest.Cluster) {
 //   - Nothing is left of the keys but release marks, and no goroutine of
 //     the library outlives the locks.
 func deployShardFailover(t *testing.T, cluster *redistest.Cluster, kill bool) {
+	requireNoneLeft := noLibraryGoroutinesLeft(t)
 	ctx := ctxT(t, 40*time.Second)
 	tag := "{deploy-failover-manual}"
 	if kill {
@@ -625,11 +626,12 @@ func deployShardFailover(t *testing.T, cluster *redistest.Cluster, kill bool) {
 	for _, c := range []*redis.ClusterClient{cc, waiterClient, competitorClient} {
 		require.NoError(t, c.Close())
 	}
-	requireNoLibraryGoroutines(t, 5*time.Second)
+	requireNoneLeft(5 * time.Second)
 }
 
 // deploySentinelFailover is TestDeploy_Sentinel/Failover.
 func deploySentinelFailover(t *testing.T, sentinel *redistest.Sentinel) {
+	requireNoneLeft := noLibraryGoroutinesLeft(t)
 	ctx := ctxT(t, 40*time.Second)
 	const key, ttl = "deploy-sentinel-failover", 3 * time.Second
 	rdb, competitorClient := sentinel.Client(t), sentinel.Client(t)
@@ -688,7 +690,7 @@ func deploySentinelFailover(t *testing.T, sentinel *redistest.Sentinel) {
 
 	require.NoError(t, rdb.Close())
 	require.NoError(t, competitorClient.Close())
-	requireNoLibraryGoroutines(t, 5*time.Second)
+	requireNoneLeft(5 * time.Second)
 }
 
 // A clusterKey is a key found on a Cluster master.
@@ -785,28 +787,48 @@ func requireNoCrossSlot(t testing.TB, err error) {
 	require.NoError(t, err)
 }
 
-// requireNoLibraryGoroutines fails t unless, within d, no goroutine runs
-// code of package redislock (lease keepers, subscriptions, background
-// releases and calls).
-func requireNoLibraryGoroutines(t testing.TB, d time.Duration) {
-	t.Helper()
+// libraryGoroutines returns the goroutines that run code of package
+// redislock (lease keepers, subscriptions, background releases and calls),
+// by the first line of their stack ("goroutine N [...]:").
+func libraryGoroutines() map[string]string {
 	const pkg = "github.com/seed5e0b76d9/redislock."
-	buf := make([]byte, 1<<20)
-	deadline := time.Now().Add(d)
-	for {
-		n := runtime.Stack(buf, true)
-		var left []string
-		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
-			if strings.Contains(g, pkg) && !strings.Contains(g, pkg+"TestMain(") {
-				left = append(left, g)
+	buf := make([]byte, 4<<20)
+	n := runtime.Stack(buf, true)
+	gs := map[string]string{}
+	for _, g := range strings.Split(string(buf[:n]), "\n\n") {
+		if strings.Contains(g, pkg) && !strings.Contains(g, pkg+"TestMain(") {
+			id, _, _ := strings.Cut(g, " [")
+			gs[id] = g
+		}
+	}
+	return gs
+}
+
+// noLibraryGoroutinesLeft fails t unless, within d of the call it
+// returns, every goroutine of package redislock started since
+// noLibraryGoroutinesLeft was called has ended. Goroutines of earlier
+// tests (a background release lasts up to go-redis's retry window) do
+// not count.
+func noLibraryGoroutinesLeft(t testing.TB) func(d time.Duration) {
+	before := libraryGoroutines()
+	return func(d time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for {
+			var left []string
+			for id, g := range libraryGoroutines() {
+				if _, ok := before[id]; !ok {
+					left = append(left, g)
+				}
 			}
+			if len(left) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d goroutines of package redislock still run %v after the locks ended:\n%s",
+					len(left), d, strings.Join(left, "\n\n"))
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines of package redislock still run %v after the locks ended:\n%s", len(left), d, strings.Join(left, "\n\n"))
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

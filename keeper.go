@@ -3,7 +3,6 @@ package redislock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -179,6 +178,13 @@ type renewal struct {
 	lastErr  error         // the error of the latest renewal, nil after a success
 }
 
+// A batchKey is what the renewals of one pipeline share: the node that
+// serves their keys, and the replicas that must acknowledge them.
+type batchKey struct {
+	node     string
+	replicas replicas
+}
+
 // A renewalSend is one renewal of a lease to send.
 type renewalSend struct {
 	r     *renewal
@@ -278,7 +284,7 @@ func (k *keeper) due(l *Locker, run *keeperRun) (batches [][]renewalSend, next t
 	}
 	now := time.Now()
 	next = now.Add(time.Hour)
-	byNode := make(map[string][]renewalSend)
+	byNode := make(map[batchKey][]renewalSend)
 	defer func() { k.wakeAt = next }()
 	for r := range k.renewals {
 		at := r.due
@@ -299,7 +305,8 @@ func (k *keeper) due(l *Locker, run *keeperRun) (batches [][]renewalSend, next t
 		until, _ := r.lk.lease()
 		r.inflight++
 		r.sent, r.hedge = now, max(until.Sub(now)/4, minHedge)
-		byNode[r.node] = append(byNode[r.node], renewalSend{r: r, hedge: r.inflight > 1})
+		b := batchKey{r.node, r.lk.replicas}
+		byNode[b] = append(byNode[b], renewalSend{r: r, hedge: r.inflight > 1})
 		if hedge := now.Add(r.hedge); hedge.Before(next) {
 			next = hedge
 		}
@@ -341,7 +348,7 @@ func (k *keeper) renew(l *Locker, sends []renewalSend) {
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), max(bound, renewRetry))
 	defer cancel()
-	replies := l.refreshAll(ctx, calls)
+	replies := l.refreshAll(ctx, calls, batch[0].r.lk.replicas)
 	for i, s := range batch {
 		s.r.lk.settled(ids[i], replies[i].outcome())
 		if replies[i].code == 0 {
@@ -433,49 +440,34 @@ func (r renewReply) event() Outcome {
 }
 
 // refreshAll runs refreshScript (holderRefreshScript) for each of calls in
-// one pipeline, and returns a reply for each. After SCRIPT FLUSH the calls
-// whose EVALSHA said NOSCRIPT are sent again with EVAL, which loads the
-// script.
-func (l *Locker) refreshAll(ctx context.Context, calls []refreshArgs) []renewReply {
-	cmds := make([]*redis.Cmd, len(calls))
-	run := func(idx []int, sha bool) {
-		_, err := l.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, i := range idx {
-				script, keys, args := calls[i].call()
-				if sha {
-					cmds[i] = script.EvalSha(ctx, p, keys, args...)
-				} else {
-					cmds[i] = script.Eval(ctx, p, keys, args...)
-				}
-			}
-			return nil
-		})
-		l.noteErr(err)
-	}
-	all := make([]int, len(calls))
-	for i := range all {
-		all[i] = i
-	}
-	run(all, true)
-	var again []int
-	for i, c := range cmds {
-		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		run(again, false)
-	}
+// one pipeline, acknowledged by replicas as r asks, and returns a reply for
+// each.
+func (l *Locker) refreshAll(ctx context.Context, calls []refreshArgs, r replicas) []renewReply {
 	replies := make([]renewReply, len(calls))
-	for i, c := range cmds {
-		res, err := c.Int64Slice()
+	c, err := l.writer(ctx, calls[0].key, r)
+	if err != nil {
+		for i := range replies {
+			replies[i] = renewReply{code: -1, err: failed("renew", calls[i].key, err)}
+		}
+		return replies
+	}
+	run := make([]scriptCall, len(calls))
+	for i, a := range calls {
+		run[i] = a.call()
+	}
+	cmds, acked, err := runPipeline(ctx, c, run, r)
+	l.noteErr(err)
+	for i, cmd := range cmds {
+		res, err := parseRefresh(cmd)
 		switch {
 		case err != nil:
 			replies[i] = renewReply{code: -1, err: failed("renew", calls[i].key, err)}
-		case len(res) != 2:
-			replies[i] = renewReply{code: -1, err: fmt.Errorf("redislock: renew %s: unexpected reply %v", quoteKey(calls[i].key), res)}
-		default:
-			replies[i] = renewReply{code: res[0]}
+		case res.set && int(acked) < r.n:
+			replies[i] = renewReply{code: -1, err: notReplicated(calls[i].key, r, acked, "the renewal does not count")}
+		case res.set:
+			replies[i] = renewReply{code: 1}
+		case res.held:
+			replies[i] = renewReply{code: 2}
 		}
 	}
 	return replies

@@ -20,7 +20,8 @@ type Lock struct {
 	mode   mode
 	fence  int64
 
-	joined *Lock // the acquisition this handle joined (see reentrant.go), or nil
+	replicas replicas // that must acknowledge its writes (WithReplicas); set before the Lock is returned
+	joined   *Lock    // the acquisition this handle joined (see reentrant.go), or nil
 
 	mu        sync.Mutex // of the acquisition guards all but the constant fields above
 	clock     leaseClock // the lease as known locally
@@ -425,7 +426,7 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return ErrNotHeld
 	}
 	res, err := bounded(ctx, lk.locker.direct, func(ctx context.Context) (refreshResult, error) {
-		res, err := runRefresh(ctx, lk.locker.client, refreshArgs{key: lk.key, token: lk.token, mode: lk.mode, ttl: ttl, gen: gen})
+		res, err := lk.locker.refresh(ctx, refreshArgs{key: lk.key, token: lk.token, mode: lk.mode, ttl: ttl, gen: gen}, lk.replicas)
 		lk.settled(id, outcomeOf(res, err))
 		return res, err
 	}, nil)

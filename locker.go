@@ -47,6 +47,7 @@ type Locker struct {
 	id     string        // names the Locker's wake channel and its places in line
 	direct bool          // the client honours ctx deadlines itself (see bounded)
 	retry  time.Duration // how long go-redis may take with one command (see retryWindow)
+	read   time.Duration // the client's ReadTimeout; < 0: none
 	keeper keeper        // renews kept leases
 	lines  lines         // Obtains waiting for keys
 }
@@ -73,6 +74,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	l.lines.holder = holderSuffix(o.holder)
 	if !isNil(client) {
 		l.direct, l.retry = honoursDeadlines(client), retryWindow(client)
+		l.read, _, _ = clientTimeouts(client)
 	}
 	return l
 }
@@ -214,6 +216,9 @@ func (l *Locker) check(key string, ttl time.Duration, o *options) error {
 		return ErrInvalidKey
 	case ttl < time.Millisecond:
 		return fmt.Errorf("%w (got %v)", ErrInvalidTTL, ttl)
+	case o.replicas.n > 0 && l.read > 0 && o.replicas.timeout >= l.read:
+		return fmt.Errorf("%w: WithReplicas timeout %v: must be below the client's ReadTimeout (%v), which would end the wait for WAIT's reply first",
+			ErrInvalidOption, o.replicas.timeout, l.read)
 	}
 	return nil
 }

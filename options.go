@@ -24,6 +24,7 @@ type options struct {
 	mode       mode          // exclusive, shared (WithShared) or a permit (WithPermits)
 	safety     time.Duration // see WithSafetyMargin
 	hooks      Hooks         // see WithHooks
+	replicas   replicas      // see WithReplicas
 	holder     string        // see WithHolder
 	err        error         // first invalid option, reported by calls
 }

@@ -128,14 +128,21 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 // background, so that go-redis can resend it, and leaves its mark twice as
 // long. Clients whose options cannot be read count as go-redis's defaults.
 func retryWindow(client redis.UniversalClient) time.Duration {
-	read, backoff, retries := 5*time.Second, time.Second, 3
+	read, backoff, retries := clientTimeouts(client)
+	return (max(read, 0) + max(backoff, 0)) * time.Duration(max(retries, 0)+1)
+}
+
+// clientTimeouts returns client's ReadTimeout (< 0: none), MaxRetryBackoff
+// and MaxRetries; go-redis's defaults for clients whose options cannot be
+// read.
+func clientTimeouts(client redis.UniversalClient) (read, backoff time.Duration, retries int) {
 	switch c := client.(type) {
 	case interface{ Options() *redis.Options }:
 		o := c.Options()
-		read, backoff, retries = o.ReadTimeout, o.MaxRetryBackoff, o.MaxRetries
+		return o.ReadTimeout, o.MaxRetryBackoff, o.MaxRetries
 	case interface{ Options() *redis.ClusterOptions }:
 		o := c.Options()
-		read, backoff, retries = o.ReadTimeout, o.MaxRetryBackoff, o.MaxRetries
+		return o.ReadTimeout, o.MaxRetryBackoff, o.MaxRetries
 	}
-	return (max(read, 0) + max(backoff, 0)) * time.Duration(max(retries, 0)+1)
+	return 5 * time.Second, time.Second, 3
 }

@@ -355,10 +355,21 @@ type attemptResult struct {
 	noPlace bool          // a renewal found no place: the token is spent
 }
 
+// call returns the acquireScript run of a.
+func (a attemptArgs) call() scriptCall {
+	return scriptCall{acquireScript, scriptKeys(a.key),
+		[]any{a.token, a.locker, a.ttl.Milliseconds(), flag(a.fenced), a.place.Milliseconds(), flag(!a.renew), a.mode.arg()}}
+}
+
 // runAttempt runs acquireScript.
 func runAttempt(ctx context.Context, c redis.Scripter, a attemptArgs) (attemptResult, error) {
-	res, err := acquireScript.Run(ctx, c, scriptKeys(a.key),
-		a.token, a.locker, a.ttl.Milliseconds(), flag(a.fenced), a.place.Milliseconds(), flag(!a.renew), a.mode.arg()).Int64Slice()
+	s := a.call()
+	return parseAttempt(a, s.script.Run(ctx, c, s.keys, s.args...))
+}
+
+// parseAttempt reads the reply to the acquireScript run of a.
+func parseAttempt(a attemptArgs, cmd *redis.Cmd) (attemptResult, error) {
+	res, err := cmd.Int64Slice()
 	if err != nil {
 		if strings.Contains(err.Error(), "redislock: the semaphore has") {
 			err = fmt.Errorf("%w: WithPermits(%d): %w", ErrInvalidOption, a.mode.permits, err)
@@ -528,14 +539,14 @@ type refreshArgs struct {
 	fenced     bool
 }
 
-// call returns the script that runs a (refreshScript for an exclusive
-// holder, holderRefreshScript for others), with its KEYS and ARGV.
-func (a refreshArgs) call() (*redis.Script, []string, []any) {
+// call returns the script run of a: refreshScript for an exclusive
+// holder, holderRefreshScript for others.
+func (a refreshArgs) call() scriptCall {
 	argv := []any{a.token, a.ttl.Milliseconds(), flag(a.fenced), a.gen}
 	if a.mode.exclusive() {
-		return refreshScript, []string{a.key, sideKey(a.key, fenceKind), sideKey(a.key, gensKind)}, argv
+		return scriptCall{refreshScript, []string{a.key, sideKey(a.key, fenceKind), sideKey(a.key, gensKind)}, argv}
 	}
-	return holderRefreshScript, scriptKeys(a.key), append(argv, a.mode.arg())
+	return scriptCall{holderRefreshScript, scriptKeys(a.key), append(argv, a.mode.arg())}
 }
 
 // refreshResult is the outcome of a refresh: held reports that the token
@@ -547,7 +558,11 @@ type refreshResult struct {
 }
 
 // parseRefresh reads a refresh script's reply.
-func parseRefresh(res []int64) (refreshResult, error) {
+func parseRefresh(cmd *redis.Cmd) (refreshResult, error) {
+	res, err := cmd.Int64Slice()
+	if err != nil {
+		return refreshResult{}, err
+	}
 	if len(res) != 2 {
 		return refreshResult{}, fmt.Errorf("redislock: unexpected reply %v", res)
 	}
@@ -556,12 +571,8 @@ func parseRefresh(res []int64) (refreshResult, error) {
 
 // runRefresh runs refreshScript (or holderRefreshScript).
 func runRefresh(ctx context.Context, c redis.Scripter, a refreshArgs) (refreshResult, error) {
-	script, keys, args := a.call()
-	res, err := script.Run(ctx, c, keys, args...).Int64Slice()
-	if err != nil {
-		return refreshResult{}, err
-	}
-	return parseRefresh(res)
+	s := a.call()
+	return parseRefresh(s.script.Run(ctx, c, s.keys, s.args...))
 }
 
 // holderRefreshScript extends the lease of a shared holder or permit if it

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() {
+	os.Exit(cli(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// Exit statuses of redislock itself (see the package doc). run otherwise
+// exits with COMMAND's status.
+const (
+	exitConflict   = 1   // the lock is held (default of -E), as flock(1)
+	exitUsage      = 2   // bad command line; nothing was sent to Redis
+	exitRedis      = 69  // EX_UNAVAILABLE: Redis failed
+	exitLost       = 75  // EX_TEMPFAIL: the lock was lost while COMMAND ran
+	exitCannotRun  = 126 // COMMAND found but could not be started, as shells
+	exitNotFound   = 127 // COMMAND not found, as shells
+	exitSignalBase = 128 // + N: killed (COMMAND) or interrupted (the wait) by signal N
+)
+
+const usage = `Usage:
+  redislock run [flags] KEY -- COMMAND [ARG...]
+  redislock status [-json] [-redis URL] KEY
+  redislock help
+
+run obtains the lock on KEY, runs COMMAND while it keeps the lock's lease
+alive, and releases the lock when COMMAND exits. Locks are fair: waiters
+get KEY in the order they came. COMMAND's environment has the key in
+REDISLOCK_KEY, the lock's fencing token (a number larger than that of
+every earlier holder of KEY) in REDISLOCK_FENCE and the lock's token in
+REDISLOCK_TOKEN. SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on to
+COMMAND; redislock exits when COMMAND does. If the lock is lost while
+COMMAND runs, COMMAND gets SIGTERM, then SIGKILL after -grace.
+
+  -ttl DURATION    the lock's lease, renewed every third of it while COMMAND
+                   runs: how long KEY stays locked after redislock dies (30s)
+  -wait DURATION   wait at most this long for the lock (default: until
+                   interrupted)
+  -n               do not wait: fail at once if KEY is held (as -wait 0)
+  -E CODE          exit status when the lock is not obtained (1)
+  -grace DURATION  after the lock is lost, time from SIGTERM to SIGKILL (10s)
+  -fence-env NAME  environment variable for the fence (REDISLOCK_FENCE;
+                   "" for none)
+  -token-env NAME  environment variable for the token (REDISLOCK_TOKEN;
+                   "" for none)
+  -redis URL       the Redis (default $REDIS_URL, else redis://127.0.0.1:6379)
+
+status prints who holds KEY (mode, holders with their lease left and
+token), its latest fence and how many wait; -json prints it as JSON.
+
+Redis URLs:
+  redis://[user:password@]host:port[/db]             one node (rediss:// for TLS)
+  redis+sentinel://host:port?master_name=NAME[&addr=host:port...]
+                                                      the primary of Sentinels
+  redis+cluster://host:port[?addr=host:port...]       a Cluster
+
+Exit status:
+  0-255  run: COMMAND's status, 128+N if a signal N killed it
+  1      the lock is held: run -n, or -wait ran out (-E sets another)
+  2      usage error (bad flag, duration or URL, no KEY, no -- or
+         COMMAND); nothing was sent to Redis
+  69     Redis failed (unreachable, refused a command)
+  75     run: the lock was lost while COMMAND ran
+  126    run: COMMAND could not be started
+  127    run: COMMAND was not found
+  128+N  run: signal N interrupted the wait for the lock
+`
+
+// cli runs redislock with the command-line arguments args (without the
+// program name) and returns its exit status. getenv reads the environment.
+func cli(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		return usageError(stderr, errorf("no subcommand"))
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "run":
+		cfg, err := parseRun(args[1:], getenv)
+		if err != nil {
+			return parseFailed(err, stdout, stderr)
+		}
+		return run(cfg, stderr)
+	case "status":
+		cfg, err := parseStatus(args[1:], getenv)
+		if err != nil {
+			return parseFailed(err, stdout, stderr)
+		}
+		return status(cfg, stdout, stderr)
+	}
+	return usageError(stderr, errorf("unknown subcommand %q", args[0]))
+}
+
+// parseFailed reports err, an error of parseRun or parseStatus: usage on
+// stdout for -h, else the error and usage on stderr.
+func parseFailed(err error, stdout, stderr io.Writer) int {
+	if err == errHelp {
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	return usageError(stderr, err)
+}
+
+func usageError(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "redislock: %v\n\n%s", err, usage)
+	return exitUsage
+}

@@ -1,0 +1,180 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNotReplicated is returned when fewer replicas than WithReplicas asks
+// for acknowledged a lock's write in time: by Obtain, TryObtain and WithLock
+// (the lock was released again: nothing is held), and by Refresh (the lease
+// was set on the primary only, and is not counted on: Until did not move).
+// A renewal of KeepAlive that is not acknowledged counts as failed: it is
+// retried, and the lock is reported lost (ErrLockLost) if no renewal is
+// acknowledged before the lease runs out. The error says how many replicas
+// acknowledged. Check the replicas (INFO replication on the primary), or
+// lower n; retrying helps when a replica was only slow.
+var ErrNotReplicated = errors.New("redislock: not acknowledged by enough replicas")
+
+// replicas is what WithReplicas asks for: n replicas to acknowledge each
+// write of a lock within timeout. n == 0: none.
+type replicas struct {
+	n       int
+	timeout time.Duration
+}
+
+// WithReplicas makes every write that gives or extends a lease wait until n
+// replicas of the primary acknowledged it (Redis's WAIT), at most timeout:
+// the acquisition (Obtain, TryObtain, WithLock), Refresh, and each renewal
+// of KeepAlive. A write not acknowledged in time does not count: an
+// acquisition releases the lock and returns ErrNotReplicated, a Refresh
+// returns ErrNotReplicated, a renewal is retried (see ErrNotReplicated).
+//
+// So a lock survives the failover of its primary to any replica that
+// acknowledged it: with n equal to the number of replicas, to any replica
+// Sentinel or Cluster may promote. WAIT does not make Redis strongly
+// consistent: a replica that acknowledged may lose the write when it
+// restarts without persistence, and a failover may promote a replica that
+// did not acknowledge (when n is lower than the number of replicas). Each
+// acquisition costs the time the replicas take to acknowledge (about one
+// round trip from the primary to them), and on a contended key one round
+// trip more (see the README, "Fault tolerance"). A lock handed over or
+// passed to a waiting Obtain is refreshed and acknowledged before Obtain
+// returns it.
+//
+// n = 0 turns replica acknowledgement off (for a single call on a Locker
+// that has it). It requires n >= 0 and, for n > 0, 1ms <= timeout, below
+// the client's ReadTimeout (the reply to WAIT comes after timeout). Not
+// for a quorum Locker (NewQuorum), whose nodes are masters.
+func WithReplicas(n int, timeout time.Duration) Option {
+	return func(o *options) {
+		if n < 0 || (n > 0 && timeout < time.Millisecond) {
+			o.invalid(ErrInvalidOption, "WithReplicas(%d, %v): need n >= 0 and a timeout of at least 1ms", n, timeout)
+			return
+		}
+		o.replicas = replicas{n: n, timeout: timeout.Truncate(time.Millisecond)}
+	}
+}
+
+// notReplicated is the error of a write of key that only acked replicas
+// acknowledged within r.timeout.
+func notReplicated(key string, r replicas, acked int64, what string) error {
+	return fmt.Errorf("%w: %s: %d of %d replicas acknowledged within %v; %s", ErrNotReplicated, quoteKey(key), acked, r.n, r.timeout, what)
+}
+
+// A scriptCall is one run of a script: the script, its KEYS and ARGV.
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+}
+
+// runPipeline runs calls in one pipeline on c: with EVALSHA, and once more
+// with EVAL (which loads the script) for those that Redis answered NOSCRIPT.
+// With r.n > 0, a WAIT follows the calls of each pipeline, and acked is the
+// fewest replicas that acknowledged a pipeline: a WAIT covers the writes
+// its connection made, and the writes made before them (it waits for a
+// replication offset).
+func runPipeline(ctx context.Context, c redis.Cmdable, calls []scriptCall, r replicas) (cmds []*redis.Cmd, acked int64, err error) {
+	cmds = make([]*redis.Cmd, len(calls))
+	acked = -1
+	send := func(idx []int, sha bool) error {
+		var wait *redis.Cmd
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range idx {
+				if sha {
+					cmds[i] = calls[i].script.EvalSha(ctx, p, calls[i].keys, calls[i].args...)
+				} else {
+					cmds[i] = calls[i].script.Eval(ctx, p, calls[i].keys, calls[i].args...)
+				}
+			}
+			if r.n > 0 {
+				wait = p.Do(ctx, "WAIT", r.n, r.timeout.Milliseconds())
+			}
+			return nil
+		})
+		if wait != nil {
+			if n, werr := wait.Int64(); werr == nil && (acked < 0 || n < acked) {
+				acked = n
+			} else if werr != nil {
+				acked = 0
+			}
+		}
+		return err
+	}
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
+	}
+	err = send(all, true)
+	var again []int
+	for i, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		err = send(again, false)
+	}
+	return cmds, max(acked, 0), err
+}
+
+// writer returns the client to send the writes of key to when they are to
+// be acknowledged by replicas: for a ClusterClient, the master that serves
+// key (a WAIT has no key, and must go to that master on the same
+// connection); else the Locker's client.
+func (l *Locker) writer(ctx context.Context, key string, r replicas) (redis.Cmdable, error) {
+	c, ok := l.client.(*redis.ClusterClient)
+	if !ok || r.n == 0 {
+		return l.client, nil
+	}
+	return c.MasterForKey(ctx, key)
+}
+
+// attemptAcked runs the acquire attempt a; when it takes the key, r's
+// replicas must acknowledge it (else the error wraps ErrNotReplicated, and
+// the caller must give the key back).
+func (l *Locker) attemptAcked(ctx context.Context, a attemptArgs, r replicas) (attemptResult, error) {
+	if r.n == 0 {
+		return runAttempt(ctx, l.client, a)
+	}
+	c, err := l.writer(ctx, a.key, r)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	cmds, acked, err := runPipeline(ctx, c, []scriptCall{a.call()}, r)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	res, err := parseAttempt(a, cmds[0])
+	if err == nil && res.ours && int(acked) < r.n {
+		return res, notReplicated(a.key, r, acked, "the lock was released")
+	}
+	return res, err
+}
+
+// refresh runs the refresh a; when it sets the lease, r's replicas must
+// acknowledge it (else the error wraps ErrNotReplicated: the outcome is
+// unknown for the lease clock).
+func (l *Locker) refresh(ctx context.Context, a refreshArgs, r replicas) (refreshResult, error) {
+	if r.n == 0 {
+		return runRefresh(ctx, l.client, a)
+	}
+	c, err := l.writer(ctx, a.key, r)
+	if err != nil {
+		return refreshResult{}, err
+	}
+	cmds, acked, err := runPipeline(ctx, c, []scriptCall{a.call()}, r)
+	if err != nil {
+		return refreshResult{}, err
+	}
+	res, err := parseRefresh(cmds[0])
+	if err == nil && res.set && int(acked) < r.n {
+		return res, notReplicated(a.key, r, acked, "the lease was not extended")
+	}
+	return res, err
+}

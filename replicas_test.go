@@ -1,0 +1,197 @@
+package redislock_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed5e0b76d9/redislock"
+	"github.com/seed5e0b76d9/redislock/internal/faultproxy"
+	"github.com/seed5e0b76d9/redislock/internal/redistest"
+)
+
+// replicationThrough makes the replica of s replicate from its primary
+// through a proxy, whose Pause holds back the replication stream: writes
+// made meanwhile never reach the replica if the primary dies first.
+func replicationThrough(t *testing.T, s *redistest.Sentinel) *faultproxy.Proxy {
+	t.Helper()
+	p := faultproxy.New(t, s.Primary().Addr())
+	_, port, _ := strings.Cut(p.Addr(), ":")
+	s.Replica().Do(t, "REPLICAOF", "127.0.0.1", port)
+	require.Eventually(t, func() bool {
+		info, _ := s.Replica().Do(t, "INFO", "replication").(string)
+		return strings.Contains(info, "master_port:"+port) && strings.Contains(info, "master_link_status:up")
+	}, 10*time.Second, 20*time.Millisecond, "the replica replicates through the proxy")
+	return p
+}
+
+// killPrimary kills the primary of s and waits until Sentinel promoted the
+// replica.
+func killPrimary(t *testing.T, s *redistest.Sentinel, p *faultproxy.Proxy) {
+	t.Helper()
+	s.Primary().Kill(t)
+	p.ResetAll() // what the replica had not received is lost with the primary
+	require.Eventually(t, func() bool { return s.CurrentPrimary(t) == s.Replica().Addr() }, 20*time.Second, 50*time.Millisecond)
+}
+
+// The failover that drops an unreplicated lock, on a real Sentinel
+// deployment (primary, replica, 3 Sentinels). The replication stream is held
+// back while the lock is written, then the primary is killed and Sentinel
+// promotes the replica, which never saw the lock:
+//
+//   - without WithReplicas the lock is acquired, then lost: another client
+//     takes the key on the new primary (at once: the holder still believes
+//     it holds the lock until its next renewal, which is what replica
+//     acknowledgement prevents), and the holder's kept context ends with
+//     ErrLockLost within the lease;
+//   - with WithReplicas(1, ...) the acquisition fails at once with
+//     ErrNotReplicated ("0 of 1 replicas"), and leaves nothing behind.
+func TestReplicas_FailoverDropsUnreplicatedLock(t *testing.T) {
+	t.Run("without", func(t *testing.T) {
+		s := redistest.StartSentinel(t)
+		p := replicationThrough(t, s)
+		rdb := s.Client(t)
+		ctx := ctxT(t, 60*time.Second)
+		p.Pause()
+		lk, err := redislock.New(rdb).Obtain(ctx, "k", 6*time.Second)
+		require.NoError(t, err, "nothing asks the replica")
+		until := lk.Until()
+		lctx := lk.KeepAlive(ctx)
+		lost := watchLoss(lctx)
+		killPrimary(t, s, p)
+		other := s.Client(t)
+		won := competeUntil(t, other, "k", 8*time.Second)
+		require.False(t, won.IsZero(), "the lock was lost with the primary: another client took it")
+		select {
+		case l := <-lost:
+			assert.ErrorIs(t, l.cause, redislock.ErrLockLost)
+			assert.True(t, l.at.Before(until), "the holder was told (%v) within the lease (%v)", l.at, until)
+		case <-time.After(time.Until(until)):
+			t.Fatal("the holder was not told within the lease")
+		}
+	})
+	t.Run("with", func(t *testing.T) {
+		s := redistest.StartSentinel(t)
+		p := replicationThrough(t, s)
+		rdb := s.Client(t)
+		ctx := ctxT(t, 60*time.Second)
+		p.Pause()
+		start := time.Now()
+		_, err := redislock.New(rdb, redislock.WithReplicas(1, 300*time.Millisecond)).Obtain(ctx, "k", 6*time.Second)
+		require.ErrorIs(t, err, redislock.ErrNotReplicated)
+		assert.Contains(t, err.Error(), "0 of 1 replicas acknowledged")
+		assert.Less(t, time.Since(start), 2*time.Second, "it fails within about the WAIT timeout")
+		require.Eventually(t, func() bool { return s.Primary().Do(t, "EXISTS", "k") == int64(0) }, 2*time.Second, 10*time.Millisecond,
+			"the unacknowledged lock is released")
+		killPrimary(t, s, p)
+	})
+}
+
+// With WithReplicas(1, ...) an acquired lock survives the crash of its
+// primary: on the promoted replica the key still holds the lock's token,
+// another client cannot take it, and Release works there.
+func TestReplicas_LockSurvivesFailover(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	p := replicationThrough(t, s)
+	rdb := s.Client(t)
+	ctx := ctxT(t, 60*time.Second)
+	locker := redislock.New(rdb, redislock.WithReplicas(1, time.Second))
+	lk, err := locker.Obtain(ctx, "k", 30*time.Second)
+	require.NoError(t, err)
+	killPrimary(t, s, p)
+	assert.Equal(t, lk.Token(), s.Replica().Do(t, "GET", "k"), "the new primary has the lock")
+	_, err = redislock.New(s.Client(t)).TryObtain(ctx, "k", time.Second)
+	assert.ErrorIs(t, err, redislock.ErrNotObtained)
+	require.Eventually(t, func() bool { return lk.Release(ctx) == nil }, 10*time.Second, 100*time.Millisecond,
+		"the client finds the new primary")
+	assert.Equal(t, int64(0), s.Replica().Do(t, "EXISTS", "k"))
+}
+
+// Every write of a lock with WithReplicas is acknowledged before it counts:
+// the acquisition returns only once the replica has the key, a Refresh
+// while the replication is held back fails with ErrNotReplicated and does
+// not move Until, and renewals that are not acknowledged end the kept
+// context with ErrLockLost within the lease, although the primary renewed
+// the key.
+func TestReplicas_WritesAcknowledged(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	p := replicationThrough(t, s)
+	rdb := s.Client(t)
+	ctx := ctxT(t, 60*time.Second)
+	locker := redislock.New(rdb, redislock.WithReplicas(1, 200*time.Millisecond))
+
+	lk, err := locker.Obtain(ctx, "k", 1500*time.Millisecond)
+	require.NoError(t, err)
+	assert.Equal(t, lk.Token(), s.Replica().Do(t, "GET", "k"), "the replica has the lock when Obtain returns")
+
+	p.Pause()
+	until := lk.Until()
+	err = lk.Refresh(ctx, 1500*time.Millisecond)
+	require.ErrorIs(t, err, redislock.ErrNotReplicated)
+	assert.Equal(t, until, lk.Until(), "an unacknowledged Refresh does not count")
+
+	lctx := lk.KeepAlive(ctx)
+	lost := watchLoss(lctx)
+	select {
+	case l := <-lost:
+		assert.ErrorIs(t, l.cause, redislock.ErrLockLost)
+		assert.True(t, l.at.Before(until), "told before the acknowledged lease ran out")
+	case <-time.After(3 * time.Second):
+		t.Fatal("renewals that no replica acknowledged kept the lease")
+	}
+	pttl, err := s.Primary().Client(t).PTTL(ctx, "k").Result()
+	require.NoError(t, err)
+	assert.Positive(t, pttl, "the primary itself renewed the key")
+	p.Resume()
+	_ = lk.Release(ctx)
+}
+
+// WithReplicas checks its input, before anything is sent: n >= 0, a
+// timeout of at least 1ms, below the client's ReadTimeout.
+func TestReplicas_BadInput(t *testing.T) {
+	b := miniBackend(t)
+	rdb, n := b.client(t, func(o *redis.Options) { o.ReadTimeout = time.Second })
+	for _, opt := range []redislock.Option{
+		redislock.WithReplicas(-1, time.Second),
+		redislock.WithReplicas(1, 0),
+		redislock.WithReplicas(1, 2*time.Second),
+	} {
+		_, err := redislock.New(rdb, opt).TryObtain(context.Background(), "k", time.Second)
+		assert.ErrorIs(t, err, redislock.ErrInvalidOption)
+	}
+	assert.Zero(t, n.Load())
+	_, err := redislock.New(rdb, redislock.WithReplicas(0, 0)).TryObtain(context.Background(), "k", time.Second)
+	assert.NoError(t, err, "n = 0 turns acknowledgement off")
+}
+
+// BenchmarkReplicas measures the uncontended Obtain + Release cycle on a
+// primary with one replica, with and without WithReplicas(1, ...).
+func BenchmarkReplicas(b *testing.B) {
+	primary := redistest.Start(b)
+	replica := redistest.Start(b, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port()))
+	for !strings.Contains(replica.Do(b, "INFO", "replication").(string), "master_link_status:up") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	rdb := primary.Client(b)
+	ctx := context.Background()
+	for _, n := range []int{0, 1} {
+		b.Run("n="+strconv.Itoa(n), func(b *testing.B) {
+			locker := redislock.New(rdb, redislock.WithReplicas(n, time.Second))
+			for b.Loop() {
+				lk, err := locker.Obtain(ctx, "bench", time.Minute)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lk.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
