@@ -42,6 +42,9 @@ func (l *Locker) Inspect(ctx context.Context, key string) (Info, error) {
 		return Info{}, err
 	}
 	info, err := bounded(ctx, l.direct, func(ctx context.Context) (Info, error) {
+		if l.quorum != nil {
+			return l.quorum.inspect(ctx, key)
+		}
 		return runInspect(ctx, l.client, key)
 	}, nil)
 	if err != nil {

@@ -28,7 +28,8 @@ func TestInspect(t *testing.T) {
 
 		lk, err := locker.Obtain(ctx, "x", time.Minute, redislock.WithFencing())
 		require.NoError(t, err)
-		w := obtainAsync(ctx, redislock.New(rdb), "x", time.Minute)
+		waiter, _ := b.client(t)
+		w := obtainAsync(ctx, redislock.New(waiter), "x", time.Minute)
 		waitQueued(t, checker, "x", 1)
 		before := n.Load()
 		info, err = locker.Inspect(ctx, "x")

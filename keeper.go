@@ -287,6 +287,9 @@ func (k *keeper) due(l *Locker, run *keeperRun) (batches [][]renewalSend, next t
 	byNode := make(map[batchKey][]renewalSend)
 	defer func() { k.wakeAt = next }()
 	for r := range k.renewals {
+		if r.ctx.Err() != nil {
+			continue // lost or stopped: KeepAlive's clean-up removes it
+		}
 		at := r.due
 		send := !at.After(now.Add(r.ttl / 6))
 		if r.inflight > 0 {
@@ -443,6 +446,9 @@ func (r renewReply) event() Outcome {
 // one pipeline, acknowledged by replicas as r asks, and returns a reply for
 // each.
 func (l *Locker) refreshAll(ctx context.Context, calls []refreshArgs, r replicas) []renewReply {
+	if l.quorum != nil {
+		return l.quorum.refreshAll(ctx, calls)
+	}
 	replies := make([]renewReply, len(calls))
 	c, err := l.writer(ctx, calls[0].key, r)
 	if err != nil {

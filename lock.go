@@ -301,6 +301,9 @@ func (lk *Lock) end(ctx context.Context) error {
 		l.releaseLater(lk)
 		return background(lk.key, err)
 	}
+	if l.quorum != nil {
+		return lk.endQuorum(ctx)
+	}
 	ln, leave := l.lines.releasing(lk)
 	res, err := detached(ctx, l.direct, l.releaseBound(), func(ctx context.Context) (releaseResult, error) {
 		res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, mode: lk.mode, leave: leave, mark: l.releaseMark()})
@@ -404,6 +407,10 @@ func (lk *Lock) markReleased() {
 // and for Releases whose ctx was done.
 func (lk *Lock) release(ctx context.Context) {
 	l := lk.locker
+	if l.quorum != nil {
+		_, _ = l.quorum.release(ctx, lk)
+		return
+	}
 	ln, leave := l.lines.releasing(lk)
 	res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, mode: lk.mode, leave: leave, mark: l.releaseMark()})
 	l.lines.released(l, lk.key, ln, res, err)
@@ -449,6 +456,9 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	lk = lk.acquisition()
 	left, err := bounded(ctx, lk.locker.direct, func(ctx context.Context) (time.Duration, error) {
+		if q := lk.locker.quorum; q != nil {
+			return q.pttl(ctx, lk.key, lk.token)
+		}
 		return runPTTL(ctx, lk.locker.client, lk.key, lk.token, lk.mode)
 	}, nil)
 	if err != nil {

@@ -50,6 +50,7 @@ type Locker struct {
 	read   time.Duration // the client's ReadTimeout; < 0: none
 	keeper keeper        // renews kept leases
 	lines  lines         // Obtains waiting for keys
+	quorum *quorum       // the masters of a quorum Locker (NewQuorum); nil for others
 }
 
 // New returns a Locker that acquires locks through client, a go-redis v9
@@ -68,13 +69,20 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 	if isNil(client) && o.err == nil {
 		o.err = ErrNilClient
 	}
+	return newLocker(client, o)
+}
+
+// newLocker returns a Locker of client (nil for a quorum Locker) with the
+// resolved options o.
+func newLocker(client redis.UniversalClient, o options) *Locker {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	l := &Locker{client: client, opts: o, id: hex.EncodeToString(id[:])}
 	l.lines.holder = holderSuffix(o.holder)
+	l.retry = retryWindow(client)
+	l.read, _, _ = clientTimeouts(client)
 	if !isNil(client) {
-		l.direct, l.retry = honoursDeadlines(client), retryWindow(client)
-		l.read, _, _ = clientTimeouts(client)
+		l.direct = honoursDeadlines(client)
 	}
 	return l
 }
@@ -145,7 +153,7 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, o *
 	if lk, err := l.join(ctx, key, o.mode); lk != nil || err != nil {
 		return lk, 0, err
 	}
-	if o.wait == 0 {
+	if o.wait == 0 && l.quorum == nil {
 		lk, err := l.try(ctx, key, ttl, o)
 		return lk, 1, err
 	}
@@ -153,6 +161,9 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, o *
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.wait)
 		defer cancel()
+	}
+	if l.quorum != nil {
+		return l.quorum.acquire(ctx, l, key, ttl, o)
 	}
 	return l.queue(ctx, key, ttl, o)
 }
@@ -216,6 +227,8 @@ func (l *Locker) check(key string, ttl time.Duration, o *options) error {
 		return ErrInvalidKey
 	case ttl < time.Millisecond:
 		return fmt.Errorf("%w (got %v)", ErrInvalidTTL, ttl)
+	case l.quorum != nil:
+		return l.quorum.check(o)
 	case o.replicas.n > 0 && l.read > 0 && o.replicas.timeout >= l.read:
 		return fmt.Errorf("%w: WithReplicas timeout %v: must be below the client's ReadTimeout (%v), which would end the wait for WAIT's reply first",
 			ErrInvalidOption, o.replicas.timeout, l.read)

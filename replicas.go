@@ -161,6 +161,10 @@ func (l *Locker) attemptAcked(ctx context.Context, a attemptArgs, r replicas) (a
 // acknowledge it (else the error wraps ErrNotReplicated: the outcome is
 // unknown for the lease clock).
 func (l *Locker) refresh(ctx context.Context, a refreshArgs, r replicas) (refreshResult, error) {
+	if l.quorum != nil {
+		res := l.quorum.refreshAll(ctx, []refreshArgs{a})[0]
+		return refreshResult{held: res.code >= 1, set: res.code == 1}, res.err
+	}
 	if r.n == 0 {
 		return runRefresh(ctx, l.client, a)
 	}

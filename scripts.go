@@ -708,6 +708,33 @@ func runInspect(ctx context.Context, c redis.Scripter, key string) (Info, error)
 	return info, nil
 }
 
+// fenceStepScript is a step of a quorum Locker's fence (see quorum.fence):
+// it increments the fence counter, or raises it to a value.
+//
+//	KEYS[1] the fence counter
+//	ARGV[1] "0" to increment the counter, or a value to raise it to
+//	returns the counter's value after the step. An error reply when the
+//	        counter holds something else than an integer.
+var fenceStepScript = redis.NewScript(`
+if ARGV[1] == "0" then
+	return redis.call("INCR", KEYS[1])
+end
+local v = tonumber(redis.call("GET", KEYS[1]) or "0")
+if not v then
+	return redis.error_reply("ERR redislock: the fence counter " .. KEYS[1] .. " holds something else than an integer")
+end
+if v < tonumber(ARGV[1]) then
+	redis.call("SET", KEYS[1], ARGV[1])
+	return tonumber(ARGV[1])
+end
+return v`)
+
+// runFenceStep runs fenceStepScript on key's counter: to is 0 to increment
+// it, or the value to raise it to.
+func runFenceStep(ctx context.Context, c redis.Scripter, key string, to int64) (int64, error) {
+	return fenceStepScript.Run(ctx, c, []string{sideKey(key, fenceKind)}, to).Int64()
+}
+
 // fencedSetScript writes a value guarded by a fencing token.
 //
 //	KEYS[1] resource key, a hash with the fields "value" and "fence"

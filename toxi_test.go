@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,12 +36,22 @@ type toxi struct {
 // goroutine of toxiproxy must have ended: the test fails otherwise.
 func newToxi(t testing.TB, upstream string) *toxi {
 	t.Helper()
+	return newToxis(t, upstream)[0]
+}
+
+// newToxis starts a toxiproxy in front of each of upstreams.
+func newToxis(t testing.TB, upstreams ...string) []*toxi {
+	t.Helper()
 	t.Cleanup(func() { waitGoroutinesGone(t, "github.com/Shopify/toxiproxy", 5*time.Second) })
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-	p := toxiproxy.NewProxy(srv, strings.ReplaceAll(t.Name(), "/", "_"), "127.0.0.1:0", upstream)
-	require.NoError(t, p.Start())
-	t.Cleanup(p.Stop)
-	return &toxi{t: t, p: p}
+	var xs []*toxi
+	for i, upstream := range upstreams {
+		p := toxiproxy.NewProxy(srv, strings.ReplaceAll(t.Name(), "/", "_")+strconv.Itoa(i), "127.0.0.1:0", upstream)
+		require.NoError(t, p.Start())
+		t.Cleanup(p.Stop)
+		xs = append(xs, &toxi{t: t, p: p})
+	}
+	return xs
 }
 
 // Addr is the address clients connect to.

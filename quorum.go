@@ -1,0 +1,552 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A quorum Locker holds each lock on a majority of independent Redis
+// masters (NewQuorum): the same token, with the same lease, on at least
+// len(nodes)/2+1 of them. Two majorities share a node, and a node holds a
+// key for one token at a time, so no two quorum locks of a key are held at
+// once, as long as no node forgets a lock it holds (see the restart rule in
+// NewQuorum).
+//
+// Every operation is sent to every node at once and decided as soon as the
+// replies allow it, without waiting for the rest:
+//
+//   - an acquisition holds the lock when a majority of nodes took the key;
+//     it has failed when so many did not that a majority cannot, and is
+//     then released on every node, also those that did not answer (when
+//     their reply comes);
+//   - a renewal or Refresh sets the lease when a majority set it, and finds
+//     the lock lost when so many no longer hold it that a majority cannot;
+//   - TTL is the lease that a majority still has.
+//
+// The lease clock (see leaseClock) holds for the quorum: a command counts as
+// setting the lease only when a majority set it, and then each of those
+// nodes keeps the key at least as long as the clock says (the argument of
+// leaseClock, node by node, with each node's generations), so until is
+// never later than the expiry on a majority of nodes: nobody else can take
+// a majority before it.
+type quorum struct {
+	nodes []*Locker // one per master, for its client and its timeouts
+}
+
+// NewQuorum returns a Locker whose locks are held on a majority of the
+// independent Redis masters clients (not replicas of each other, not nodes
+// of one Cluster): an odd number, usually 3 or 5. A lock survives the loss
+// of a minority of them: with 5 masters, any 2 may be down, slow or
+// partitioned away, and a client can still obtain, keep and release locks.
+// The Locker has the API and contract of New's, with these differences:
+//
+//   - Obtain polls, with jittered backoff (WithBackoff), rather than waiting
+//     in a line: waiting is not fair, and a release does not hand the key
+//     over. WithShared, WithPermits and WithReplicas are not supported
+//     (ErrInvalidOption).
+//   - An acquisition fails with ErrNotObtained when a majority of masters
+//     answered and too few of them had the key free, and with an error
+//     joining the masters' errors when fewer than a majority answered.
+//   - WithFencing issues fences that keep increasing across holders as
+//     long as no master forgets its counter: after taking the key on a
+//     majority, the acquisition increments the counter on every master,
+//     takes the highest value a majority returned, and writes it to a
+//     majority if fewer than a majority had it already (see
+//     quorum.fence). A fenced acquisition costs one or two more round
+//     trips.
+//   - Each operation goes to every master at once: the cost of a round trip
+//     is that of the slowest master of the fastest majority.
+//
+// The restart rule: a master that loses its data (a restart without
+// persistence, a disk replaced) forgets the locks it held, and a second
+// majority may form while they are held. Such a master must stay away for
+// longer than the longest lease (so every lock it held has expired
+// elsewhere or been lost), or run with appendonly yes and appendfsync
+// always, so that it never loses a lock write. Fence counters have no
+// expiry: a master that loses its counter may let fences repeat, whatever
+// the wait; run masters that issue fences with appendfsync always.
+//
+// A nil client, or no client, is reported by every call (ErrNilClient).
+func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
+	o := defaultOptions().apply(opts)
+	if (len(clients) == 0 || slices.ContainsFunc(clients, isNil)) && o.err == nil {
+		o.err = ErrNilClient
+	}
+	l := newLocker(nil, o)
+	l.quorum = &quorum{}
+	for _, c := range clients {
+		l.quorum.nodes = append(l.quorum.nodes, newLocker(c, defaultOptions()))
+	}
+	return l
+}
+
+// majority is how many nodes make a majority.
+func (q *quorum) majority() int { return len(q.nodes)/2 + 1 }
+
+// check refuses the options a quorum Locker does not support.
+func (q *quorum) check(o *options) error {
+	switch {
+	case !o.mode.exclusive():
+		return fmt.Errorf("%w: WithShared and WithPermits are not supported by a quorum Locker", ErrInvalidOption)
+	case o.replicas.n > 0:
+		return fmt.Errorf("%w: WithReplicas is not supported by a quorum Locker (its nodes are masters)", ErrInvalidOption)
+	}
+	return nil
+}
+
+// A reply is one node's answer to an operation sent to every node.
+type reply[T any] struct {
+	node int
+	v    T
+	err  error
+}
+
+// fanOut runs f on every node at once, with ctx, and returns a channel that
+// receives each node's reply; it has room for all of them, so the calls
+// never wait for a reader.
+func fanOut[T any](ctx context.Context, q *quorum, f func(ctx context.Context, n *Locker) (T, error)) <-chan reply[T] {
+	ch := make(chan reply[T], len(q.nodes))
+	for i, n := range q.nodes {
+		go func() {
+			v, err := f(ctx, n)
+			ch <- reply[T]{i, v, err}
+		}()
+	}
+	return ch
+}
+
+// straggle returns the context for calls whose replies are wanted after
+// the operation is decided (so that a lock is taken and renewed on every
+// master that can, not only on the first majority): it is not cancelled
+// with ctx, and ends at ctx's deadline or after d, whichever comes first.
+// Cancel it with finish.
+func straggle(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
+// finish receives, in the background, the replies of ch that had not come
+// (got of len(q.nodes) had), handing each to late (nil: none), and then
+// calls done.
+func finish[T any](q *quorum, ch <-chan reply[T], got int, late func(reply[T]), done func()) {
+	go func() {
+		for range len(q.nodes) - got {
+			r := <-ch
+			if late != nil {
+				late(r)
+			}
+		}
+		done()
+	}()
+}
+
+// gather receives replies from ch until decide says the outcome is known,
+// every node replied, or ctx ends. It returns the replies received.
+func gather[T any](ctx context.Context, q *quorum, ch <-chan reply[T], decide func([]reply[T]) bool) []reply[T] {
+	var got []reply[T]
+	for len(got) < len(q.nodes) {
+		select {
+		case r := <-ch:
+			got = append(got, r)
+			if decide(got) {
+				return got
+			}
+		case <-ctx.Done():
+			return got
+		}
+	}
+	return got
+}
+
+// nodeErrors joins the errors of replies, each naming its node, and err
+// (ctx's end, when the replies were cut short).
+func (q *quorum) nodeErrors(errs []error, answered int, err error) error {
+	if answered < len(q.nodes) && err != nil {
+		errs = append(errs, fmt.Errorf("%d of %d masters did not answer: %w", len(q.nodes)-answered, len(q.nodes), err))
+	}
+	return fmt.Errorf("fewer than a majority (%d of %d) of the masters answered: %w", q.majority(), len(q.nodes), errors.Join(errs...))
+}
+
+// attempt makes one acquisition of key for token: taken reports that a
+// majority took it. When it failed, the key is given back on every node,
+// in the background, as each node's reply comes in.
+func (q *quorum) attempt(ctx context.Context, key, token string, ttl time.Duration) (taken bool, err error) {
+	maj, n := q.majority(), len(q.nodes)
+	actx, cancel := straggle(ctx, max(ttl/2, time.Millisecond))
+	var won atomic.Bool
+	ch := fanOut(actx, q, func(ctx context.Context, node *Locker) (attemptResult, error) {
+		return bounded(ctx, node.direct, func(ctx context.Context) (attemptResult, error) {
+			return runAttempt(ctx, node.client, attemptArgs{key: key, token: token, locker: node.id, ttl: ttl})
+		}, func(res attemptResult, err error) {
+			if !won.Load() && (res.ours || !refused(err)) {
+				node.forget(context.Background(), key, token, mode{})
+			}
+		})
+	})
+	var ours, other int
+	var errs []error
+	got := gather(ctx, q, ch, func(got []reply[attemptResult]) bool {
+		r := got[len(got)-1]
+		switch {
+		case r.err != nil:
+			errs = append(errs, fmt.Errorf("master %d: %w", r.node, r.err))
+		case r.v.ours:
+			ours++
+		default:
+			other++
+		}
+		return ours >= maj || other+len(errs) > n-maj
+	})
+	if ours >= maj {
+		won.Store(true)
+		finish(q, ch, len(got), nil, cancel)
+		return true, nil
+	}
+	for _, r := range got {
+		q.giveBack(key, token, r)
+	}
+	finish(q, ch, len(got), func(r reply[attemptResult]) { q.giveBack(key, token, r) }, cancel)
+	if ours+other >= maj {
+		return false, nil // a majority answered: contention
+	}
+	return false, q.nodeErrors(errs, len(got), ctx.Err())
+}
+
+// giveBack releases key on the node of r, a reply to a failed
+// acquisition, if it took the key or may have. A call abandoned at the
+// deadline gives the key back when its late reply comes (see attempt).
+func (q *quorum) giveBack(key, token string, r reply[attemptResult]) {
+	if r.v.ours || (r.err != nil && !refused(r.err) && !isAbandoned(r.err)) {
+		go q.nodes[r.node].forget(context.Background(), key, token, mode{})
+	}
+}
+
+// acquire is Locker.acquire for a quorum Locker: it makes attempts, with
+// jittered backoff between them (o.wait == 0: one), until one takes the key
+// on a majority, ctx ends, or an error says that trying again cannot help.
+// It also returns how many attempts it made.
+func (q *quorum) acquire(ctx context.Context, l *Locker, key string, ttl time.Duration, o *options) (*Lock, int, error) {
+	backoff := o.minBackoff
+	for attempts := 1; ; attempts++ {
+		token := newToken(l.lines.holder)
+		start := time.Now()
+		taken, err := q.attempt(ctx, key, token, ttl)
+		if taken {
+			lk := newLock(l, key, token, mode{}, 0, ttl, start)
+			if err := q.settle(ctx, lk, ttl, o.fencing); err != nil {
+				l.releaseLater(lk)
+				return nil, attempts, failed("acquire", key, err)
+			}
+			return lk, attempts, nil
+		}
+		if err != nil && (o.wait == 0 || permanent(err)) {
+			return nil, attempts, failed("acquire", key, err)
+		}
+		if o.wait == 0 {
+			return nil, attempts, notObtained(key, nil)
+		}
+		if sleep(ctx, nil, backoff) != nil || ctx.Err() != nil {
+			if err != nil {
+				return nil, attempts, fmt.Errorf("redislock: waiting for %s: %w; the last attempt failed: %w", quoteKey(key), ctx.Err(), err)
+			}
+			return nil, attempts, notObtained(key, ctx.Err())
+		}
+		backoff = nextBackoff(backoff, o)
+	}
+}
+
+// settle finishes an acquisition that took the key on a majority: it issues
+// the fence when fenced, and renews the lease when less than half of ttl is
+// left (see Obtain); the lease must not have run out meanwhile.
+func (q *quorum) settle(ctx context.Context, lk *Lock, ttl time.Duration, fenced bool) error {
+	if fenced {
+		fence, err := q.fence(ctx, lk.key)
+		if err != nil {
+			return err
+		}
+		lk.fence = fence
+	}
+	for time.Until(lk.Until()) < ttl/2 {
+		id, gen, _ := lk.setting(ttl)
+		res := q.refreshAll(ctx, []refreshArgs{{key: lk.key, token: lk.token, ttl: ttl, gen: gen}})[0]
+		lk.settled(id, res.outcome())
+		switch {
+		case res.code == 0:
+			lk.markLost()
+			return errLeaseRanOut
+		case res.code == -1:
+			return res.err
+		}
+		lk.newGeneration(ttl)
+	}
+	return nil
+}
+
+// fence issues the fence of an acquisition that holds key on a majority.
+//
+// Fences increase across holders: let A hold the key, then B. A's fence fA
+// is, when A's acquisition returns, at least the counter on a majority WA of
+// the masters (they returned fA, or took it from the second step below),
+// and A returns only while it still holds the key on a majority (its lease
+// has not run out: settle). B takes the key on a majority, which shares a
+// master with A's, where the key was free for B only after A's hold there
+// ended: after A's fence was in place. B then increments the counter on
+// every master and takes the highest value from a majority, which shares a
+// master with WA: that master's counter was at least fA, so B's fence is at
+// least fA + 1. Counters only grow (INCR, or raised to a value), so nothing
+// a failed or slow acquisition does can lower them, as long as no master
+// loses its counter (see NewQuorum).
+//
+// The first step increments every counter and takes the highest value f
+// from the first majority that answers; when fewer than a majority returned
+// f, the second step raises the counters to f on a majority.
+func (q *quorum) fence(ctx context.Context, key string) (int64, error) {
+	maj := q.majority()
+	incr := gatherAll(ctx, q, func(ctx context.Context, n *Locker) (int64, error) {
+		return runFenceStep(ctx, n.client, key, 0)
+	}, maj)
+	if len(incr.ok) < maj {
+		return 0, fmt.Errorf("issue the fence: %w", q.nodeErrors(incr.errs, incr.answered, ctx.Err()))
+	}
+	f := slices.Max(incr.ok)
+	if count(incr.ok, f) >= maj {
+		return f, nil
+	}
+	raise := gatherAll(ctx, q, func(ctx context.Context, n *Locker) (int64, error) {
+		return runFenceStep(ctx, n.client, key, f)
+	}, maj)
+	if len(raise.ok) < maj {
+		return 0, fmt.Errorf("issue the fence: %w", q.nodeErrors(raise.errs, raise.answered, ctx.Err()))
+	}
+	return f, nil
+}
+
+// count returns how many of vs equal v.
+func count(vs []int64, v int64) int {
+	n := 0
+	for _, x := range vs {
+		if x == v {
+			n++
+		}
+	}
+	return n
+}
+
+// results are the replies of an operation sent to every node, until enough
+// succeeded.
+type results[T any] struct {
+	ok       []T     // the successful replies
+	errs     []error // the errors, each naming its master
+	answered int
+}
+
+// gatherAll runs f on every node and gathers the replies until enough of
+// them succeeded, every node replied, or ctx ends. Each call is bounded by
+// ctx.
+func gatherAll[T any](ctx context.Context, q *quorum, f func(ctx context.Context, n *Locker) (T, error), enough int) results[T] {
+	ch := fanOut(ctx, q, func(ctx context.Context, n *Locker) (T, error) {
+		return bounded(ctx, n.direct, func(ctx context.Context) (T, error) { return f(ctx, n) }, nil)
+	})
+	var res results[T]
+	gather(ctx, q, ch, func(got []reply[T]) bool {
+		r := got[len(got)-1]
+		res.answered++
+		if r.err != nil {
+			res.errs = append(res.errs, fmt.Errorf("master %d: %w", r.node, r.err))
+		} else {
+			res.ok = append(res.ok, r.v)
+		}
+		return len(res.ok) >= enough
+	})
+	return res
+}
+
+// refreshAll renews each lease of calls on every node, in one pipeline per
+// node, and returns a reply per lease once the replies decide it: 1 when a
+// majority set the lease, 0 (lost) when so many no longer hold it that a
+// majority cannot, 2 when a majority holds it but not a majority set it (a
+// later command had run), -1 (failed) otherwise.
+func (q *quorum) refreshAll(ctx context.Context, calls []refreshArgs) []renewReply {
+	maj, n := q.majority(), len(q.nodes)
+	run := make([]scriptCall, len(calls))
+	for i, a := range calls {
+		run[i] = a.call()
+	}
+	sctx, cancel := straggle(ctx, time.Hour)
+	ch := fanOut(sctx, q, func(ctx context.Context, node *Locker) ([]*redis.Cmd, error) {
+		return bounded(ctx, node.direct, func(ctx context.Context) ([]*redis.Cmd, error) {
+			cmds, _, err := runPipeline(ctx, node.client, run, replicas{})
+			return cmds, err
+		}, nil)
+	})
+	set, held, lost := make([]int, len(calls)), make([]int, len(calls)), make([]int, len(calls))
+	errs := make([][]error, len(calls))
+	decided := func() bool {
+		for i := range calls {
+			if set[i] < maj && lost[i] <= n-maj {
+				return false
+			}
+		}
+		return true
+	}
+	got := gather(ctx, q, ch, func(got []reply[[]*redis.Cmd]) bool {
+		r := got[len(got)-1]
+		for i := range calls {
+			var res refreshResult
+			err := r.err
+			if err == nil {
+				res, err = parseRefresh(r.v[i])
+			}
+			switch {
+			case err != nil:
+				errs[i] = append(errs[i], fmt.Errorf("master %d: %w", r.node, err))
+			case res.set:
+				set[i]++
+				held[i]++
+			case res.held:
+				held[i]++
+			default:
+				lost[i]++
+			}
+		}
+		return decided()
+	})
+	finish(q, ch, len(got), nil, cancel)
+	replies := make([]renewReply, len(calls))
+	for i, a := range calls {
+		switch {
+		case set[i] >= maj:
+			replies[i] = renewReply{code: 1}
+		case lost[i] > n-maj:
+			replies[i] = renewReply{code: 0}
+		case held[i] >= maj:
+			replies[i] = renewReply{code: 2}
+		default:
+			replies[i] = renewReply{code: -1, err: failed("renew", a.key, q.nodeErrors(errs[i], len(got), ctx.Err()))}
+		}
+	}
+	return replies
+}
+
+// pttl returns the lease that a majority of nodes still has for token: the
+// majority-th longest of their leases; -1 when so many nodes no longer hold
+// it that a majority cannot.
+func (q *quorum) pttl(ctx context.Context, key, token string) (time.Duration, error) {
+	maj, n := q.majority(), len(q.nodes)
+	ch := fanOut(ctx, q, func(ctx context.Context, node *Locker) (time.Duration, error) {
+		return bounded(ctx, node.direct, func(ctx context.Context) (time.Duration, error) {
+			return runPTTL(ctx, node.client, key, token, mode{})
+		}, nil)
+	})
+	var left []time.Duration
+	var errs []error
+	var lost int
+	got := gather(ctx, q, ch, func(got []reply[time.Duration]) bool {
+		r := got[len(got)-1]
+		switch {
+		case r.err != nil:
+			errs = append(errs, fmt.Errorf("master %d: %w", r.node, r.err))
+		case r.v < 0:
+			lost++
+		default:
+			left = append(left, r.v)
+		}
+		return len(left) >= maj || lost > n-maj
+	})
+	switch {
+	case len(left) >= maj:
+		slices.Sort(left)
+		return left[len(left)-maj], nil
+	case lost > n-maj:
+		return -1, nil
+	}
+	return 0, q.nodeErrors(errs, len(got), ctx.Err())
+}
+
+// release releases lk on every node. It waits for every node's reply
+// until ctx ends; the releases go on in the background after that, bounded
+// as a single node's are. It reports released when a node released the
+// lock, notHeld when a majority answered and none held it.
+func (q *quorum) release(ctx context.Context, lk *Lock) (released bool, err error) {
+	ch := fanOut(ctx, q, func(ctx context.Context, node *Locker) (releaseResult, error) {
+		return detached(ctx, node.direct, node.releaseBound(), func(ctx context.Context) (releaseResult, error) {
+			return runRelease(ctx, node.client, releaseArgs{key: lk.key, token: lk.token, locker: node.id, mark: node.releaseMark()})
+		})
+	})
+	var errs []error
+	var answered int
+	gather(ctx, q, ch, func(got []reply[releaseResult]) bool {
+		r := got[len(got)-1]
+		switch {
+		case r.err != nil:
+			errs = append(errs, fmt.Errorf("master %d: %w", r.node, r.err))
+		case r.v.released:
+			released = true
+			answered++
+		default:
+			answered++
+		}
+		return false
+	})
+	switch {
+	case released, answered >= q.majority():
+		return released, nil
+	}
+	return false, q.nodeErrors(errs, answered+len(errs), ctx.Err())
+}
+
+// endQuorum is Lock.end for a quorum lock, whose release has begun.
+func (lk *Lock) endQuorum(ctx context.Context) error {
+	released, err := lk.locker.quorum.release(ctx, lk)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		lk.markReleased()
+		return background(lk.key, err)
+	case err != nil:
+		lk.mu.Lock()
+		lk.releasing = false // Release may be called again
+		lk.mu.Unlock()
+		return failed("release", lk.key, err)
+	}
+	lk.markReleased()
+	if !released {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+// inspect is Locker.Inspect for a quorum Locker: the holders that a
+// majority of the masters report, each with the lease a majority still has;
+// the highest fence any reports. Nobody waits in a line.
+func (q *quorum) inspect(ctx context.Context, key string) (Info, error) {
+	all := gatherAll(ctx, q, func(ctx context.Context, n *Locker) (Info, error) {
+		return runInspect(ctx, n.client, key)
+	}, len(q.nodes))
+	if len(all.ok) < q.majority() {
+		return Info{}, q.nodeErrors(all.errs, all.answered, ctx.Err())
+	}
+	info := Info{Key: key}
+	leases := map[string][]time.Duration{}
+	for _, i := range all.ok {
+		info.Fence = max(info.Fence, i.Fence)
+		for _, h := range i.Holders {
+			leases[h.Token] = append(leases[h.Token], h.TTL)
+		}
+	}
+	for token, ttls := range leases {
+		if len(ttls) >= q.majority() {
+			slices.Sort(ttls)
+			info.Mode = ModeExclusive
+			info.Holders = append(info.Holders, Holder{Token: token, Description: holderOf(token), TTL: ttls[len(ttls)-q.majority()]})
+		}
+	}
+	return info, nil
+}

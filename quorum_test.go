@@ -1,0 +1,383 @@
+package redislock_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed5e0b76d9/redislock"
+	"github.com/seed5e0b76d9/redislock/internal/redistest"
+)
+
+// aofAlways makes a server log every write to disk before it answers: it
+// never forgets a lock across a restart (the restart rule of NewQuorum).
+var aofAlways = []string{"--appendonly", "yes", "--appendfsync", "always"}
+
+// startMasters starts n independent redis-servers.
+func startMasters(t testing.TB, n int, args ...string) []*redistest.Server {
+	t.Helper()
+	servers := make([]*redistest.Server, n)
+	var wg sync.WaitGroup
+	for i := range servers {
+		wg.Add(1)
+		go func() { defer wg.Done(); servers[i] = redistest.Start(t, args...) }()
+	}
+	wg.Wait()
+	return servers
+}
+
+// quorumClients returns a client per address, with short timeouts so that
+// a dead or frozen master costs little.
+func quorumClients(t testing.TB, addrs []string) []redis.UniversalClient {
+	clients := make([]redis.UniversalClient, len(addrs))
+	for i, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a, DialTimeout: 200 * time.Millisecond,
+			ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1})
+		t.Cleanup(func() { _ = c.Close() })
+		clients[i] = c
+	}
+	return clients
+}
+
+func addrsOf(servers []*redistest.Server) []string {
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		addrs[i] = s.Addr()
+	}
+	return addrs
+}
+
+// The quorum Locker has the Locker's API: a lock is the same token on every
+// master, with its lease; TryObtain on a held key is ErrNotObtained; Refresh,
+// TTL and KeepAlive act on every master; Release clears every master; fences
+// increase; Inspect reports the holder a majority has. Options it does not
+// support, and a nil client, are refused before anything is sent.
+func TestQuorum_Basics(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)), redislock.WithHolder("quorum test"))
+
+	lk, err := locker.Obtain(ctx, "k", 2*time.Second, redislock.WithFencing())
+	require.NoError(t, err)
+	assert.Eventually(t, func() bool {
+		for _, s := range servers {
+			if s.Do(t, "GET", "k") != lk.Token() {
+				return false
+			}
+		}
+		return true
+	}, time.Second, 5*time.Millisecond, "the lock is on every master (on a majority when Obtain returns)")
+	assert.Positive(t, lk.Fence())
+	_, err = redislock.NewQuorum(quorumClients(t, addrsOf(servers))).TryObtain(ctx, "k", time.Second)
+	assert.ErrorIs(t, err, redislock.ErrNotObtained)
+
+	info, err := locker.Inspect(ctx, "k")
+	require.NoError(t, err)
+	require.Len(t, info.Holders, 1)
+	assert.Equal(t, "quorum test", info.Holders[0].Description)
+	assert.Equal(t, lk.Fence(), info.Fence)
+
+	require.NoError(t, lk.Refresh(ctx, 5*time.Second))
+	left, err := lk.TTL(ctx)
+	require.NoError(t, err)
+	assert.InDelta(t, 5*time.Second, left, float64(200*time.Millisecond))
+	lctx := lk.KeepAlive(ctx)
+	time.Sleep(time.Second)
+	require.NoError(t, lctx.Err())
+	require.NoError(t, lk.Release(ctx))
+	for _, s := range servers {
+		assert.Equal(t, int64(0), s.Do(t, "EXISTS", "k"))
+	}
+	assert.ErrorIs(t, lk.Release(ctx), redislock.ErrNotHeld)
+
+	next, err := locker.Obtain(ctx, "k", time.Second, redislock.WithFencing())
+	require.NoError(t, err)
+	assert.Greater(t, next.Fence(), lk.Fence())
+	require.NoError(t, next.Release(ctx))
+
+	for _, opt := range []redislock.Option{redislock.WithShared(), redislock.WithPermits(2), redislock.WithReplicas(1, time.Millisecond)} {
+		_, err := locker.TryObtain(ctx, "other", time.Second, opt)
+		assert.ErrorIs(t, err, redislock.ErrInvalidOption)
+	}
+	_, err = redislock.NewQuorum(nil).TryObtain(ctx, "k", time.Second)
+	assert.ErrorIs(t, err, redislock.ErrNilClient)
+	_, err = redislock.NewQuorum([]redis.UniversalClient{nil}).TryObtain(ctx, "k", time.Second)
+	assert.ErrorIs(t, err, redislock.ErrNilClient)
+}
+
+// With 2 of 5 masters down, locks are obtained, kept, contended and
+// released as before; with 3 down, a kept lock is reported lost within its
+// lease, and an acquisition fails with an error that is not ErrNotObtained
+// (fewer than a majority answered: Redis is down, not busy).
+func TestQuorum_MinorityLoss(t *testing.T) {
+	servers := startMasters(t, 5)
+	ctx := ctxT(t, 30*time.Second)
+	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)))
+	other := redislock.NewQuorum(quorumClients(t, addrsOf(servers)))
+
+	servers[0].Kill(t)
+	servers[3].Kill(t)
+	lk, err := locker.Obtain(ctx, "k", time.Second)
+	require.NoError(t, err)
+	lctx := lk.KeepAlive(ctx)
+	_, err = other.TryObtain(ctx, "k", time.Second)
+	require.ErrorIs(t, err, redislock.ErrNotObtained)
+	time.Sleep(2 * time.Second)
+	require.NoError(t, lctx.Err(), "kept on the 3 masters left")
+
+	until := lk.Until()
+	lost := watchLoss(lctx)
+	servers[1].Kill(t)
+	select {
+	case l := <-lost:
+		assert.ErrorIs(t, l.cause, redislock.ErrLockLost)
+		assert.True(t, l.at.Before(until), "told within the lease")
+	case <-time.After(2 * time.Second):
+		t.Fatal("a lock with no majority left was not reported lost")
+	}
+	_, err = other.TryObtain(ctx, "k2", time.Second)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redislock.ErrNotObtained)
+	assert.Contains(t, err.Error(), "fewer than a majority")
+}
+
+// A client cut off from 3 of 5 masters (a black hole: toxiproxy's timeout
+// toxic) cannot obtain even a free key, and says it could not reach a
+// majority; a holder cut off from 3 masters is told that its lock is lost
+// before a client that sees every master can take the key.
+func TestQuorum_MinorityPartition(t *testing.T) {
+	servers := startMasters(t, 5)
+	ctx := ctxT(t, 30*time.Second)
+	proxies := newToxis(t, addrsOf(servers)...)
+	var viaProxy []string
+	for _, p := range proxies {
+		viaProxy = append(viaProxy, p.Addr())
+	}
+	cut := func() {
+		for _, p := range proxies[:3] {
+			p.add("blackhole", "timeout", "downstream", map[string]any{"timeout": 0})
+			t.Cleanup(func() { p.remove("blackhole") })
+		}
+	}
+	partitioned := redislock.NewQuorum(quorumClients(t, viaProxy))
+	full := redislock.NewQuorum(quorumClients(t, addrsOf(servers)))
+
+	lk, err := partitioned.Obtain(ctx, "held", 1500*time.Millisecond)
+	require.NoError(t, err)
+	lctx := lk.KeepAlive(ctx)
+	lostAt := watchLost(lctx)
+	cut()
+	start := time.Now()
+	_, err = partitioned.Obtain(ctx, "free", time.Second, redislock.WithWait(500*time.Millisecond))
+	require.Error(t, err, "a minority cannot obtain")
+	assert.NotErrorIs(t, err, redislock.ErrNotObtained)
+	assert.Contains(t, err.Error(), "fewer than a majority")
+	assert.Less(t, time.Since(start), 2*time.Second)
+
+	won := competeQuorum(t, full, "held", 4*time.Second)
+	require.False(t, won.IsZero(), "the lock expired on the majority")
+	lost := lostAt()
+	require.False(t, lost.IsZero() || lost.After(won), "the holder was told (%v) before another client took the key (%v)", lost, won)
+}
+
+// competeQuorum has locker try to obtain key every few milliseconds for up
+// to d; it returns when it first got it (zero if never).
+func competeQuorum(t *testing.T, locker *redislock.Locker, key string, d time.Duration) time.Time {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if lk, err := locker.TryObtain(context.Background(), key, time.Minute); err == nil {
+			got := time.Now()
+			_ = lk.Release(context.Background())
+			return got
+		}
+	}
+	return time.Time{}
+}
+
+// The restart rule of NewQuorum, both sides, on 3 masters: a lock is held
+// on all 3, then 2 of them restart.
+//
+//   - Without persistence, rejoining at once: they forgot the lock, and
+//     another client takes a majority while the first still holds it (this
+//     is what the rule forbids).
+//   - With appendfsync always, rejoining at once: they remember the lock,
+//     and nobody else can take it.
+//   - Without persistence, staying away longer than the lease: the holder
+//     cannot renew on a majority and is told the lock is lost; only then
+//     does another client take it.
+func TestQuorum_RestartRule(t *testing.T) {
+	const ttl = 1500 * time.Millisecond
+	restart := func(t *testing.T, servers []*redistest.Server, away time.Duration) {
+		servers[0].Kill(t)
+		servers[1].Kill(t)
+		time.Sleep(away)
+		servers[0].Restart(t)
+		servers[1].Restart(t)
+	}
+	t.Run("forgets", func(t *testing.T) {
+		servers := startMasters(t, 3)
+		ctx := ctxT(t, 20*time.Second)
+		lk, err := redislock.NewQuorum(quorumClients(t, addrsOf(servers))).Obtain(ctx, "k", 10*time.Second)
+		require.NoError(t, err)
+		restart(t, servers, 0)
+		theirs, err := redislock.NewQuorum(quorumClients(t, addrsOf(servers))).TryObtain(ctx, "k", 10*time.Second)
+		require.NoError(t, err, "the restarted masters forgot the lock")
+		assert.True(t, lk.Until().After(time.Now()), "two holders at once: the rule is needed")
+		_ = theirs.Release(ctx)
+	})
+	t.Run("appendfsync always", func(t *testing.T) {
+		servers := startMasters(t, 3, aofAlways...)
+		ctx := ctxT(t, 20*time.Second)
+		lk, err := redislock.NewQuorum(quorumClients(t, addrsOf(servers))).Obtain(ctx, "k", 10*time.Second)
+		require.NoError(t, err)
+		restart(t, servers, 0)
+		_, err = redislock.NewQuorum(quorumClients(t, addrsOf(servers))).TryObtain(ctx, "k", 10*time.Second)
+		require.ErrorIs(t, err, redislock.ErrNotObtained, "the restarted masters remember the lock")
+		require.NoError(t, lk.Release(ctx))
+	})
+	t.Run("away longer than the lease", func(t *testing.T) {
+		servers := startMasters(t, 3)
+		ctx := ctxT(t, 20*time.Second)
+		lk, err := redislock.NewQuorum(quorumClients(t, addrsOf(servers))).Obtain(ctx, "k", ttl)
+		require.NoError(t, err)
+		lostAt := watchLost(lk.KeepAlive(ctx))
+		restart(t, servers, ttl+100*time.Millisecond)
+		won := competeQuorum(t, redislock.NewQuorum(quorumClients(t, addrsOf(servers))), "k", 2*time.Second)
+		require.False(t, won.IsZero())
+		lost := lostAt()
+		require.False(t, lost.IsZero() || lost.After(won), "the holder was told (%v) before another client took the key (%v)", lost, won)
+	})
+}
+
+// The child processes of TestQuorum_ExclusionUnderKills are told what to do
+// through these environment variables.
+const (
+	qChildEnv = "REDISLOCK_Q_CHILD" // the child's number; set only in children
+	qAddrsEnv = "REDISLOCK_Q_ADDRS" // the masters, comma-separated
+	qOutEnv   = "REDISLOCK_Q_OUT"   // file to write the critical sections to
+	qUntilEnv = "REDISLOCK_Q_UNTIL" // stop at this wall-clock time (Unix ns)
+)
+
+// Mutual exclusion and fences across 4 processes of 2 goroutines on a
+// quorum of 5 masters (appendfsync always), while 2 of the masters at a
+// time are killed and restarted, over and over. Each critical section is
+// recorded as [start, end] (wall-clock ns) with its fence, and counted only
+// if the lock's context was still live at its end. No two sections
+// overlap, and fences strictly increase from one section to the next.
+func TestQuorum_ExclusionUnderKills(t *testing.T) {
+	if os.Getenv(qChildEnv) != "" {
+		quorumChild(t)
+		return
+	}
+	servers := startMasters(t, 5, aofAlways...)
+	dir := t.TempDir()
+	const procs, run = 4, 4 * time.Second
+	until := time.Now().Add(run)
+	ctx, cancel := context.WithTimeout(context.Background(), run+time.Minute)
+	defer cancel()
+	var cmds []*exec.Cmd
+	var outs []*strings.Builder
+	for i := range procs {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.timeout=0")
+		cmd.Env = append(os.Environ(), qChildEnv+"="+strconv.Itoa(i), qAddrsEnv+"="+strings.Join(addrsOf(servers), ","),
+			qOutEnv+"="+filepath.Join(dir, strconv.Itoa(i)), qUntilEnv+"="+strconv.FormatInt(until.UnixNano(), 10))
+		out := &strings.Builder{}
+		cmd.Stdout, cmd.Stderr = out, out
+		require.NoError(t, cmd.Start())
+		cmds, outs = append(cmds, cmd), append(outs, out)
+	}
+	kills := 0
+	for time.Now().Before(until.Add(-time.Second)) {
+		pick := rand.Perm(5)[:2]
+		for _, i := range pick {
+			servers[i].Kill(t)
+		}
+		time.Sleep(300 * time.Millisecond)
+		for _, i := range pick {
+			servers[i].Restart(t)
+		}
+		kills += 2
+		time.Sleep(400 * time.Millisecond)
+	}
+	type section struct{ start, end, fence int64 }
+	var all []section
+	for i, cmd := range cmds {
+		require.NoError(t, cmd.Wait(), "child %d:\n%s", i, outs[i])
+		data, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(i)))
+		require.NoError(t, err)
+		for j := 0; j+24 <= len(data); j += 24 {
+			all = append(all, section{int64(binary.LittleEndian.Uint64(data[j:])), int64(binary.LittleEndian.Uint64(data[j+8:])),
+				int64(binary.LittleEndian.Uint64(data[j+16:]))})
+		}
+	}
+	t.Logf("%d critical sections, %d master kills", len(all), kills)
+	require.Greater(t, len(all), 20, "too few critical sections to prove anything")
+	slices.SortFunc(all, func(a, b section) int { return cmpInt64(a.start, b.start) })
+	for i := 1; i < len(all); i++ {
+		assert.GreaterOrEqual(t, all[i].start, all[i-1].end, "critical sections %d and %d overlap", i-1, i)
+		assert.Greater(t, all[i].fence, all[i-1].fence, "fences of sections %d and %d do not increase", i-1, i)
+	}
+}
+
+// quorumChild is one child process of TestQuorum_ExclusionUnderKills.
+func quorumChild(t *testing.T) {
+	stop, err := strconv.ParseInt(os.Getenv(qUntilEnv), 10, 64)
+	require.NoError(t, err)
+	locker := redislock.NewQuorum(quorumClients(t, strings.Split(os.Getenv(qAddrsEnv), ",")),
+		redislock.WithFencing(), redislock.WithBackoff(2*time.Millisecond, 20*time.Millisecond))
+	out, err := os.OpenFile(os.Getenv(qOutEnv), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, out.Close()) }()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().UnixNano() < stop {
+				ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, stop))
+				lk, err := locker.Obtain(ctx, "q:lock", time.Second)
+				cancel()
+				if err != nil {
+					if !errors.Is(err, redislock.ErrNotObtained) && !strings.Contains(err.Error(), "fewer than a majority") {
+						fmt.Fprintln(os.Stderr, "unexpected:", err)
+					}
+					continue
+				}
+				lctx := lk.KeepAlive(context.Background())
+				start := time.Now().UnixNano()
+				time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
+				end := time.Now().UnixNano()
+				if lctx.Err() == nil { // else lost meanwhile: not a section of the lock
+					var rec [24]byte
+					binary.LittleEndian.PutUint64(rec[:], uint64(start))
+					binary.LittleEndian.PutUint64(rec[8:], uint64(end))
+					binary.LittleEndian.PutUint64(rec[16:], uint64(lk.Fence()))
+					mu.Lock()
+					_, err := out.Write(rec[:])
+					mu.Unlock()
+					require.NoError(t, err)
+				}
+				rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_ = lk.Release(rctx)
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+}
