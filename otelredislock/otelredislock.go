@@ -30,6 +30,7 @@ package otelredislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -74,8 +75,10 @@ func (c *config) invalid(format string, args ...any) {
 	}
 }
 
-// WithMeterProvider records the metrics with mp's Meter (default: the
-// global MeterProvider, otel.GetMeterProvider, as it is when New is called).
+// WithMeterProvider records the metrics with mp's Meter. The default is
+// the global MeterProvider (otel.GetMeterProvider), which delegates: Hooks
+// made before the program calls otel.SetMeterProvider record there once it
+// has.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) {
 		if mp == nil {
@@ -97,8 +100,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 }
 
 // WithSpans turns spans on, made with the global TracerProvider
-// (otel.GetTracerProvider, as it is when New is called) unless
-// WithTracerProvider gives another. They are off by default.
+// (otel.GetTracerProvider, which delegates as the global MeterProvider
+// does) unless WithTracerProvider gives another. They are off by default.
 //
 // Each Obtain, TryObtain and WithLock makes one span "redislock.obtain",
 // a child of the span in the call's ctx, made when the call returns: it
@@ -127,9 +130,9 @@ func WithSpans() Option {
 //		return attribute.String("redislock.key.prefix", prefix), ok
 //	})
 //
-// f is called for every event, from many goroutines at once, and must give
-// a key the same answer every time (redislock.locks.held adds and subtracts
-// under it).
+// f is called for each measurement, from many goroutines at once, and must
+// give a key the same answer every time (redislock.locks.held adds and
+// subtracts under it).
 func WithKeyAttribute(f func(key string) (attribute.KeyValue, bool)) Option {
 	return func(c *config) {
 		if f == nil {
@@ -159,8 +162,10 @@ var (
 // instrument the MeterProvider refuses returns its error.
 //
 // The Hooks may be given to several Lockers: their events add up in the
-// same instruments. They are safe for concurrent use, and cost a few
-// hundred nanoseconds an event with the OpenTelemetry SDK.
+// same instruments. They are safe for concurrent use. With the
+// OpenTelemetry SDK and no key attribute, they allocate nothing: an Obtain
+// and its Release (four measurements) cost about 1.5 µs on a 2-core VM
+// (BenchmarkHooks_ObtainRelease), beside the 150 µs of the two round trips.
 func New(opts ...Option) (redislock.Hooks, error) {
 	var c config
 	for _, o := range opts {
@@ -271,10 +276,8 @@ func newRecorder(c config) (*recorder, error) {
 		metric.WithDescription("Acquisitions found lost: the key gone or another owner's, or no renewal answered in time."))
 	r.handoffs, errs[7] = m.Int64Counter("redislock.handoffs", metric.WithUnit("{handoff}"),
 		metric.WithDescription("Waiters a Release handed the key to directly."))
-	for _, err := range errs {
-		if err != nil {
-			return nil, fmt.Errorf("otelredislock: %w", err)
-		}
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, fmt.Errorf("otelredislock: %w", err)
 	}
 	return r, nil
 }

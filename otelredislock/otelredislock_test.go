@@ -210,6 +210,23 @@ func TestMetrics_ObtainRelease(t *testing.T) {
 	assert.False(t, mt.Data.(metricdata.Sum[int64]).IsMonotonic)
 }
 
+// A Release whose ctx has ended goes on in the background: the
+// acquisition is over, so it is no longer counted held.
+func TestMetrics_BackgroundRelease(t *testing.T) {
+	ctx := ctxT(t, 10*time.Second)
+	tel := newTelemetry(t)
+	locker := redislock.New(client(t, startRedis(t)), redislock.WithHooks(tel.hooks(t)))
+
+	lk, err := locker.Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, lk.Release(done), context.Canceled)
+	m := tel.collect(t)
+	assert.EqualValues(t, 0, m.sum("redislock.locks.held"))
+	assert.EqualValues(t, 1, m.hist("redislock.hold.duration", otelredislock.AttrOutcome.String(string(redislock.OutcomeBackground))).Count)
+}
+
 // A contended Obtain records the time it waited for the holder, and the
 // holder's Release the hand-off to it (through Redis: another Locker).
 func TestMetrics_ContendedObtain(t *testing.T) {
@@ -336,7 +353,9 @@ func TestMetrics_LostLock(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		m := tel.collect(t)
 		assert.EqualValues(c, 1, m.sum("redislock.leases.lost"))
-		assert.EqualValues(c, 1, m.sum("redislock.renewals", lostOutcome, notHedge))
+		// One renewal or more (one sent before the first answer came
+		// back) found the key gone; the lease is lost once.
+		assert.Positive(c, m.sum("redislock.renewals", lostOutcome, notHedge)+m.sum("redislock.renewals", lostOutcome, hedge))
 	}, 5*time.Second, 10*time.Millisecond)
 	assert.EqualValues(t, 1, tel.collect(t).sum("redislock.locks.held"), "held until released")
 
