@@ -14,17 +14,22 @@ func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *opti
 	if l.lines.busy(key) {
 		return nil, fmt.Errorf("%w: %s: this Locker holds it or waits for it", ErrNotObtained, quoteKey(key))
 	}
-	a := attemptArgs{key: key, token: newToken(l.lines.holder), locker: l.id, ttl: ttl, fenced: o.fencing, mode: o.mode}
+	a := attemptArgs{key: key, token: newToken(), locker: l.id, holder: l.opts.holder, ttl: ttl, fenced: o.fencing, mode: o.mode}
 	start := time.Now()
+	l.chores.begin() // ended when the attempt's outcome is settled
 	res, err := bounded(ctx, l.direct, func(ctx context.Context) (attemptResult, error) {
 		res, err := l.attemptAcked(ctx, a, o.replicas)
 		l.noteErr(err)
 		return res, err
 	}, func(res attemptResult, err error) {
+		defer l.chores.end()
 		if res.ours || (err != nil && !refused(err)) {
 			l.forget(context.Background(), key, a.token, o.mode) // a late success: undo it
 		}
 	})
+	if !isAbandoned(err) {
+		l.chores.end()
+	}
 	switch {
 	case err == nil && res.ours:
 		lk := newLock(l, key, a.token, o.mode, res.fence, ttl, start)
@@ -94,7 +99,9 @@ func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *op
 // waits for its backoff before the next attempt.
 func (l *Locker) attempt(ctx context.Context, ln *line, w *waiter, a *attemptArgs) {
 	start := time.Now()
+	l.chores.begin()
 	_, err := bounded(ctx, l.direct, func(ctx context.Context) (struct{}, error) {
+		defer l.chores.end() // the line settles the outcome, also a late one
 		res, err := runAttempt(ctx, l.client, *a)
 		l.lines.attempted(l, ln, a, start, res, err)
 		return struct{}{}, err
@@ -170,11 +177,11 @@ func (l *Locker) releaseLater(lk *Lock) {
 		return
 	}
 	lk.markReleased()
-	go func() {
+	l.chores.run(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.releaseBound())
 		defer cancel()
 		lk.release(ctx)
-	}()
+	})
 }
 
 // notObtained is the error of an acquisition that found the key held by
@@ -199,13 +206,13 @@ const (
 // waits for that at most forgetWait, and not past the end of ctx.
 func (l *Locker) forget(ctx context.Context, key, token string, m mode) {
 	done := make(chan struct{})
-	go func() {
+	l.chores.run(func() {
 		defer close(done)
 		fctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
 		defer cancel()
 		res, err := runRelease(fctx, l.client, releaseArgs{key: key, token: token, locker: l.id, mode: m})
 		l.lines.released(l, key, nil, res, err)
-	}()
+	})
 	t := time.NewTimer(forgetWait)
 	defer t.Stop()
 	select {

@@ -27,8 +27,8 @@ const (
 
 // A Holder is a holder of a lock key.
 type Holder struct {
-	Token       string        // the value the holder's lock has in Redis (see Lock.Token)
-	Description string        // who holds it (see WithHolder); "" when the token carries none
+	Token       string        // the holder's token (see Lock.Token)
+	Description string        // who holds it (see WithHolder); "" when none was stored
 	TTL         time.Duration // the lease left, as Redis sees it
 }
 

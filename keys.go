@@ -14,6 +14,7 @@ const (
 	readersKind = "readers" // the shared holders of a read-write lock
 	limitKind   = "limit"   // a semaphore's number of permits
 	gensKind    = "gens"    // the generations of the holders' leases
+	holdersKind = "holders" // the holders' descriptions (see WithHolder)
 
 	// releasedKind, followed by ":" and a token, is the release mark of the
 	// lock of that token (see releaseScript).

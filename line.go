@@ -92,7 +92,6 @@ type lines struct {
 	byToken map[string]*line // the lines of one shared or permit waiter each
 	sub     *subscription    // started when a line takes a place; retires when idle
 	idle    time.Time        // since when nobody waits, as the subscription saw
-	holder  string           // the Locker's token suffix (see newToken); set by New
 }
 
 // placeState is what a line knows of its place in Redis.
@@ -170,7 +169,8 @@ func (ls *lines) join(l *Locker, key string, ttl time.Duration, o *options) (*li
 	}
 	ln := ls.lineFor(key)
 	if len(ln.waiters) == 0 && ln.place != noPlace && ln.inflight == 0 && time.Since(ln.idle) > passSlice {
-		go l.leave(key, ln.token, ln.mode)
+		token, m := ln.token, ln.mode
+		l.chores.run(func() { l.leave(key, token, m) })
 		ls.renewToken(ln)
 	}
 	ln.idle = time.Time{}
@@ -277,7 +277,7 @@ func (ls *lines) next(l *Locker, ln *line, w *waiter) step {
 	}
 	ln.inflight++
 	ln.check = false
-	a := &attemptArgs{key: ln.key, token: ln.token, locker: l.id, ttl: w.ttl, fenced: w.fenced, mode: ln.mode, place: placeLease, renew: ln.joined}
+	a := &attemptArgs{key: ln.key, token: ln.token, locker: l.id, holder: l.opts.holder, ttl: w.ttl, fenced: w.fenced, mode: ln.mode, place: placeLease, renew: ln.joined}
 	ln.joined = true
 	return step{attempt: a}
 }
@@ -357,7 +357,7 @@ func (ls *lines) renewToken(ln *line) {
 		delete(ls.byToken, ln.token)
 		defer func() { ls.byToken[ln.token] = ln }()
 	}
-	ln.token, ln.place, ln.joined, ln.check, ln.handed, ln.holdEnd = newToken(ls.holder), noPlace, false, false, nil, time.Time{}
+	ln.token, ln.place, ln.joined, ln.check, ln.handed, ln.holdEnd = newToken(), noPlace, false, false, nil, time.Time{}
 }
 
 // settle brings the line up to date after a change: it applies a pending
@@ -392,7 +392,7 @@ func (ls *lines) settle(l *Locker, ln *line) {
 	if ln.inflight == 0 && (ln.place != noPlace || ln.handed != nil) {
 		ln.place, ln.handed = noPlace, nil
 		ln.inflight++ // the clean-up
-		go l.cleanUp(ln)
+		l.chores.run(func() { l.cleanUp(ln) })
 	}
 }
 

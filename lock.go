@@ -225,9 +225,8 @@ func outcomeOf(res refreshResult, err error) outcome {
 // Key returns the key the lock is held on.
 func (lk *Lock) Key() string { return lk.key }
 
-// Token returns the token stored at the key while the lock is held: 128
-// random bits (22 characters of base64url), then "@" and the Locker's
-// holder description, path-escaped (see WithHolder). A lock that a Locker passes from one of its Obtains to the next without a
+// Token returns the random token stored at the key while the lock is held.
+// A lock that a Locker passes from one of its Obtains to the next without a
 // round trip (see Obtain) keeps the token: the key is held by the same hold
 // in Redis. Locks handed over by Redis, and fenced locks, always have a
 // token of their own.
@@ -305,7 +304,9 @@ func (lk *Lock) end(ctx context.Context) error {
 		return lk.endQuorum(ctx)
 	}
 	ln, leave := l.lines.releasing(lk)
+	l.chores.begin()
 	res, err := detached(ctx, l.direct, l.releaseBound(), func(ctx context.Context) (releaseResult, error) {
+		defer l.chores.end() // it goes on when the caller stops waiting
 		res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, mode: lk.mode, leave: leave, mark: l.releaseMark()})
 		l.noteErr(err)
 		l.lines.released(l, lk.key, ln, res, err)

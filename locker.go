@@ -2,8 +2,8 @@
 //
 // A Locker acquires locks on keys of one Redis deployment. A lock is a lease:
 // it is held for a ttl unless refreshed, so a holder that dies cannot block
-// everyone forever. Each acquisition stores a token in the key, 128 random
-// bits and a description of the holder (see Locker.Inspect); Release and Refresh act only while the key still holds that token,
+// everyone forever. Each acquisition stores a 128-bit random token in the
+// key; Release and Refresh act only while the key still holds that token,
 // so a holder whose lease has expired can never release or extend the lock of
 // the holder that came after it.
 //
@@ -28,9 +28,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"reflect"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,6 +49,7 @@ type Locker struct {
 	keeper keeper        // renews kept leases
 	lines  lines         // Obtains waiting for keys
 	quorum *quorum       // the masters of a quorum Locker (NewQuorum); nil for others
+	chores *chores       // clean-up in the background (see Shutdown)
 }
 
 // New returns a Locker that acquires locks through client, a go-redis v9
@@ -77,11 +76,13 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 func newLocker(client redis.UniversalClient, o options) *Locker {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	l := &Locker{client: client, opts: o, id: hex.EncodeToString(id[:])}
-	l.lines.holder = holderSuffix(o.holder)
+	l := &Locker{client: client, opts: o, id: hex.EncodeToString(id[:]), chores: &chores{}}
+	if isNil(client) {
+		client = nil // go-redis's defaults for the timeouts (see clientTimeouts)
+	}
 	l.retry = retryWindow(client)
 	l.read, _, _ = clientTimeouts(client)
-	if !isNil(client) {
+	if client != nil {
 		l.direct = honoursDeadlines(client)
 	}
 	return l
@@ -236,33 +237,9 @@ func (l *Locker) check(key string, ttl time.Duration, o *options) error {
 	return nil
 }
 
-// newToken returns a token: 128 random bits from crypto/rand,
-// base64url-encoded, then holder (see holderSuffix).
-func newToken(holder string) string {
+// newToken returns 128 random bits from crypto/rand, base64url-encoded.
+func newToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
-	return base64.RawURLEncoding.EncodeToString(b[:]) + holder
-}
-
-// holderSuffix returns what a token carries of the holder description d:
-// "@" and d, path-escaped (so it holds no space, which the wake messages
-// separate fields with), or "" for no description. The random part of a
-// token never holds "@": the first "@" starts the description.
-func holderSuffix(d string) string {
-	if d == "" {
-		return ""
-	}
-	return "@" + url.PathEscape(d)
-}
-
-// holderOf returns the holder description a token carries, or "".
-func holderOf(token string) string {
-	_, d, ok := strings.Cut(token, "@")
-	if !ok {
-		return ""
-	}
-	if s, err := url.PathUnescape(d); err == nil {
-		return s
-	}
-	return d
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }

@@ -68,9 +68,10 @@ const maxHolder = 200
 
 // WithHolder sets the description of the holder that Locker.Inspect
 // reports for the locks of this Locker (default: the host name and process
-// id, "web-3 pid 4711"); "" stores none. It is stored in the lock's token,
-// after its random part, so it costs no extra write and changes nothing of
-// how a holder is told from another. It applies to the Locker it is given
+// id, "web-3 pid 4711"); "" stores none. It is stored beside the lock, in a
+// hash of the holders' descriptions by token ({…}:redislock:holders:<key>),
+// written by the script that gives the lock, so it changes nothing of how a
+// holder is told from another. It applies to the Locker it is given
 // to (New), not to single calls. d must be valid UTF-8 of at most 200
 // bytes.
 func WithHolder(d string) Option {

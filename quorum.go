@@ -36,7 +36,8 @@ import (
 // never later than the expiry on a majority of nodes: nobody else can take
 // a majority before it.
 type quorum struct {
-	nodes []*Locker // one per master, for its client and its timeouts
+	nodes  []*Locker // one per master, for its client and its timeouts
+	chores *chores   // the quorum Locker's, which its nodes share
 }
 
 // NewQuorum returns a Locker whose locks are held on a majority of the
@@ -79,9 +80,11 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 		o.err = ErrNilClient
 	}
 	l := newLocker(nil, o)
-	l.quorum = &quorum{}
+	l.quorum = &quorum{chores: l.chores}
 	for _, c := range clients {
-		l.quorum.nodes = append(l.quorum.nodes, newLocker(c, defaultOptions()))
+		n := newLocker(c, defaultOptions())
+		n.chores = l.chores // Shutdown waits for the masters' clean-up too
+		l.quorum.nodes = append(l.quorum.nodes, n)
 	}
 	return l
 }
@@ -137,7 +140,7 @@ func straggle(ctx context.Context, d time.Duration) (context.Context, context.Ca
 // (got of len(q.nodes) had), handing each to late (nil: none), and then
 // calls done.
 func finish[T any](q *quorum, ch <-chan reply[T], got int, late func(reply[T]), done func()) {
-	go func() {
+	q.chores.run(func() {
 		for range len(q.nodes) - got {
 			r := <-ch
 			if late != nil {
@@ -145,7 +148,7 @@ func finish[T any](q *quorum, ch <-chan reply[T], got int, late func(reply[T]), 
 			}
 		}
 		done()
-	}()
+	})
 }
 
 // gather receives replies from ch until decide says the outcome is known,
@@ -178,18 +181,26 @@ func (q *quorum) nodeErrors(errs []error, answered int, err error) error {
 // attempt makes one acquisition of key for token: taken reports that a
 // majority took it. When it failed, the key is given back on every node,
 // in the background, as each node's reply comes in.
-func (q *quorum) attempt(ctx context.Context, key, token string, ttl time.Duration) (taken bool, err error) {
+func (q *quorum) attempt(ctx context.Context, key, token, holder string, ttl time.Duration) (taken bool, err error) {
 	maj, n := q.majority(), len(q.nodes)
 	actx, cancel := straggle(ctx, max(ttl/2, time.Millisecond))
 	var won atomic.Bool
+	for range q.nodes {
+		q.chores.begin() // ended when the node's outcome is settled
+	}
 	ch := fanOut(actx, q, func(ctx context.Context, node *Locker) (attemptResult, error) {
-		return bounded(ctx, node.direct, func(ctx context.Context) (attemptResult, error) {
-			return runAttempt(ctx, node.client, attemptArgs{key: key, token: token, locker: node.id, ttl: ttl})
+		res, err := bounded(ctx, node.direct, func(ctx context.Context) (attemptResult, error) {
+			return runAttempt(ctx, node.client, attemptArgs{key: key, token: token, locker: node.id, holder: holder, ttl: ttl})
 		}, func(res attemptResult, err error) {
+			defer q.chores.end()
 			if !won.Load() && (res.ours || !refused(err)) {
 				node.forget(context.Background(), key, token, mode{})
 			}
 		})
+		if !isAbandoned(err) {
+			q.chores.end()
+		}
+		return res, err
 	})
 	var ours, other int
 	var errs []error
@@ -225,7 +236,8 @@ func (q *quorum) attempt(ctx context.Context, key, token string, ttl time.Durati
 // deadline gives the key back when its late reply comes (see attempt).
 func (q *quorum) giveBack(key, token string, r reply[attemptResult]) {
 	if r.v.ours || (r.err != nil && !refused(r.err) && !isAbandoned(r.err)) {
-		go q.nodes[r.node].forget(context.Background(), key, token, mode{})
+		node := q.nodes[r.node]
+		q.chores.run(func() { node.forget(context.Background(), key, token, mode{}) })
 	}
 }
 
@@ -236,9 +248,9 @@ func (q *quorum) giveBack(key, token string, r reply[attemptResult]) {
 func (q *quorum) acquire(ctx context.Context, l *Locker, key string, ttl time.Duration, o *options) (*Lock, int, error) {
 	backoff := o.minBackoff
 	for attempts := 1; ; attempts++ {
-		token := newToken(l.lines.holder)
+		token := newToken()
 		start := time.Now()
-		taken, err := q.attempt(ctx, key, token, ttl)
+		taken, err := q.attempt(ctx, key, token, l.opts.holder, ttl)
 		if taken {
 			lk := newLock(l, key, token, mode{}, 0, ttl, start)
 			if err := q.settle(ctx, lk, ttl, o.fencing); err != nil {
@@ -476,8 +488,12 @@ func (q *quorum) pttl(ctx context.Context, key, token string) (time.Duration, er
 // as a single node's are. It reports released when a node released the
 // lock, notHeld when a majority answered and none held it.
 func (q *quorum) release(ctx context.Context, lk *Lock) (released bool, err error) {
+	for range q.nodes {
+		q.chores.begin()
+	}
 	ch := fanOut(ctx, q, func(ctx context.Context, node *Locker) (releaseResult, error) {
 		return detached(ctx, node.direct, node.releaseBound(), func(ctx context.Context) (releaseResult, error) {
+			defer q.chores.end() // it goes on when the caller stops waiting
 			return runRelease(ctx, node.client, releaseArgs{key: lk.key, token: lk.token, locker: node.id, mark: node.releaseMark()})
 		})
 	})
@@ -534,18 +550,19 @@ func (q *quorum) inspect(ctx context.Context, key string) (Info, error) {
 		return Info{}, q.nodeErrors(all.errs, all.answered, ctx.Err())
 	}
 	info := Info{Key: key}
-	leases := map[string][]time.Duration{}
+	leases, descs := map[string][]time.Duration{}, map[string]string{}
 	for _, i := range all.ok {
 		info.Fence = max(info.Fence, i.Fence)
 		for _, h := range i.Holders {
 			leases[h.Token] = append(leases[h.Token], h.TTL)
+			descs[h.Token] = h.Description
 		}
 	}
 	for token, ttls := range leases {
 		if len(ttls) >= q.majority() {
 			slices.Sort(ttls)
 			info.Mode = ModeExclusive
-			info.Holders = append(info.Holders, Holder{Token: token, Description: holderOf(token), TTL: ttls[len(ttls)-q.majority()]})
+			info.Holders = append(info.Holders, Holder{Token: token, Description: descs[token], TTL: ttls[len(ttls)-q.majority()]})
 		}
 	}
 	return info, nil

@@ -41,6 +41,9 @@ import (
 //	         Redis ran for that holder (see leaseClock); only holders whose
 //	         lease length changed have one. It expires with the longest lease
 //	         it was set with.
+//	holders  hash token -> the holder's description (WithHolder), for
+//	         Inspect; it expires with the holders' last lease, and a
+//	         holder's entry goes when its hold ends
 //
 // A sorted set of holders expires with its last lease (and limit with it),
 // and its lapsed holders are removed by every script that looks at it, so
@@ -56,7 +59,7 @@ import (
 // scriptKeys returns the KEYS of every script that acts on a lock key.
 func scriptKeys(key string) []string {
 	return []string{key, sideKey(key, fenceKind), sideKey(key, queueKind), sideKey(key, placesKind),
-		sideKey(key, readersKind), sideKey(key, limitKind), sideKey(key, gensKind)}
+		sideKey(key, readersKind), sideKey(key, limitKind), sideKey(key, gensKind), sideKey(key, holdersKind)}
 }
 
 // fenceLua defines issueFence, which issues the next fence of the counter
@@ -80,34 +83,42 @@ end
 // having changed nothing: every script issues the fence before it sets the
 // key, so that a failed fence leaves no lock.
 const lineLua = fenceLua + `
-local K, FENCE, QUEUE, PLACES, READERS, LIMIT, GENS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local K, FENCE, QUEUE, PLACES, READERS, LIMIT, GENS, HOLDERS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local clock = redis.call("TIME")
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 
 -- the sorted set of the holders of a shared or permit mode
-local function holders(mode)
+local function holderSet(mode)
 	if mode == "s" then
 		return READERS
 	end
 	return K
 end
 
--- makes the holders z expire with the last lease among them (limit too)
+-- makes the holders z expire with the last lease among them (limit and
+-- their descriptions too)
 local function setExpiry(z)
 	local last = redis.call("ZRANGE", z, -1, -1, "WITHSCORES")
 	if last[2] then
 		redis.call("PEXPIREAT", z, last[2])
+		redis.call("PEXPIREAT", HOLDERS, last[2])
 		if z == K then
 			redis.call("PEXPIREAT", LIMIT, last[2])
 		end
-	elseif z == K then
-		redis.call("DEL", LIMIT)
+	else
+		redis.call("DEL", HOLDERS)
+		if z == K then
+			redis.call("DEL", LIMIT)
+		end
 	end
 end
 
 -- removes the holders of z whose lease ended
 local function prune(z)
-	if redis.call("ZREMRANGEBYSCORE", z, "-inf", now) > 0 then
+	local lapsed = redis.call("ZRANGEBYSCORE", z, "-inf", now)
+	if #lapsed > 0 then
+		redis.call("ZREMRANGEBYSCORE", z, "-inf", now)
+		redis.call("HDEL", HOLDERS, unpack(lapsed))
 		setExpiry(z)
 	end
 end
@@ -132,18 +143,29 @@ local function holds(token, mode)
 	if mode == "x" then
 		return redis.call("GET", K) == token
 	end
-	local lease = redis.call("ZSCORE", holders(mode), token)
+	local lease = redis.call("ZSCORE", holderSet(mode), token)
 	return lease and tonumber(lease) > now
 end
 
--- makes token hold the key in mode for ttl ms from now
-local function take(token, mode, ttl)
+-- makes token hold the key in mode for ttl ms from now; desc (nil: keep
+-- the one it has) describes the holder
+local function take(token, mode, ttl, desc)
 	if mode == "x" then
 		redis.call("SET", K, token, "PX", ttl)
+		if desc then
+			redis.call("DEL", HOLDERS) -- the entries of holders whose lease ran out
+			if desc ~= "" then
+				redis.call("HSET", HOLDERS, token, desc)
+				redis.call("PEXPIRE", HOLDERS, ttl)
+			end
+		end
 		return
 	end
-	local z = holders(mode)
+	local z = holderSet(mode)
 	redis.call("ZADD", z, now + ttl, token)
+	if desc and desc ~= "" then
+		redis.call("HSET", HOLDERS, token, desc)
+	end
 	if mode ~= "s" then
 		redis.call("SET", LIMIT, mode)
 	end
@@ -159,7 +181,7 @@ local function drop(token, mode)
 			held = true
 		end
 	else
-		local z = holders(mode)
+		local z = holderSet(mode)
 		prune(z)
 		if redis.call("ZREM", z, token) == 1 then
 			setExpiry(z)
@@ -168,6 +190,7 @@ local function drop(token, mode)
 	end
 	if held then
 		redis.call("HDEL", GENS, token)
+		redis.call("HDEL", HOLDERS, token)
 	end
 	return held
 end
@@ -204,8 +227,8 @@ local function fenceProblem()
 end
 
 -- keeps a place in line for token
-local function place(token, keep, ttl, fenced, mode, locker)
-	local value = (now + keep) .. " " .. ttl .. " " .. fenced .. " " .. mode .. " " .. locker
+local function place(token, keep, ttl, fenced, mode, locker, desc)
+	local value = (now + keep) .. " " .. ttl .. " " .. fenced .. " " .. mode .. " " .. locker .. " " .. desc
 	if redis.call("HSET", PLACES, token, value) == 1 then
 		redis.call("RPUSH", QUEUE, token)
 	end
@@ -236,9 +259,9 @@ local function handoff(quiet)
 			return mine, n
 		end
 		local value = redis.call("HGET", PLACES, token)
-		local deadline, ttl, fenced, mode, locker
+		local deadline, ttl, fenced, mode, locker, desc
 		if value then
-			deadline, ttl, fenced, mode, locker = string.match(value, "^(%d+) (%d+) (%d) (%w+) (.*)$")
+			deadline, ttl, fenced, mode, locker, desc = string.match(value, "^(%d+) (%d+) (%d) (%w+) (%x+) (.*)$")
 		end
 		local live = value and tonumber(deadline) >= now
 		if live and not fits(mode) then
@@ -252,7 +275,7 @@ local function handoff(quiet)
 				fence = issueFence() or -1
 			end
 			if fence >= 0 then
-				take(token, mode, ttl)
+				take(token, mode, ttl, desc)
 				n = n + 1
 			end
 			if quiet and fence >= 0 and locker == ARGV[2] then
@@ -281,6 +304,7 @@ end
 //	        that a place confirmed by a reply was taken before any hand-off
 //	        to its token (a hand-off removes the place for good)
 //	ARGV[7] the mode: "x" exclusive, "s" shared, or a number of permits
+//	ARGV[8] the holder's description, "" for none (see WithHolder)
 //	returns {1, fence} when the token holds the key now, with the lease
 //	        ARGV[3] from now: it fit with nobody in line, it was handed to
 //	        the token by an earlier script (the waiter had not heard yet),
@@ -320,7 +344,7 @@ if holds(token, mode) or (redis.call("EXISTS", QUEUE) == 0 and fits(mode)) then
 			return redis.error_reply(err)
 		end
 	end
-	take(token, mode, ttl)
+	take(token, mode, ttl, ARGV[8])
 	leave(token)
 	return {1, fence}
 end
@@ -333,13 +357,14 @@ if keep > 0 then
 	if ARGV[6] == "0" and redis.call("HEXISTS", PLACES, token) == 0 then
 		return {-1, blockedFor(mode)}
 	end
-	place(token, keep, ttl, fenced, mode, ARGV[2])
+	place(token, keep, ttl, fenced, mode, ARGV[2], ARGV[8])
 end
 return {0, blockedFor(mode)}`)
 
 // attemptArgs are the arguments of one acquireScript run.
 type attemptArgs struct {
 	key, token, locker string
+	holder             string // the holder's description, "" for none
 	ttl                time.Duration
 	fenced             bool
 	mode               mode
@@ -358,7 +383,7 @@ type attemptResult struct {
 // call returns the acquireScript run of a.
 func (a attemptArgs) call() scriptCall {
 	return scriptCall{acquireScript, scriptKeys(a.key),
-		[]any{a.token, a.locker, a.ttl.Milliseconds(), flag(a.fenced), a.place.Milliseconds(), flag(!a.renew), a.mode.arg()}}
+		[]any{a.token, a.locker, a.ttl.Milliseconds(), flag(a.fenced), a.place.Milliseconds(), flag(!a.renew), a.mode.arg(), a.holder}}
 }
 
 // runAttempt runs acquireScript.
@@ -388,7 +413,7 @@ func parseAttempt(a attemptArgs, cmd *redis.Cmd) (attemptResult, error) {
 // releaseScript ends a hold or leaves the line, and hands the key to the
 // first in line while it fits.
 //
-//	KEYS    scriptKeys(key), then (KEYS[8]) the release mark of ARGV[1]: a
+//	KEYS    scriptKeys(key), then (KEYS[9]) the release mark of ARGV[1]: a
 //	        key that says, for a while, that the hold of ARGV[1] was released
 //	ARGV[1] token to release, or to take out of line
 //	ARGV[2] the id of the caller's Locker
@@ -409,9 +434,9 @@ local released = 0
 if drop(token, mode) then
 	released = 1
 	if ARGV[4] ~= "0" then
-		redis.call("SET", KEYS[8], 1, "PX", ARGV[4])
+		redis.call("SET", KEYS[9], 1, "PX", ARGV[4])
 	end
-elseif ARGV[4] ~= "0" and redis.call("EXISTS", KEYS[8]) == 1 then
+elseif ARGV[4] ~= "0" and redis.call("EXISTS", KEYS[9]) == 1 then
 	released = 1
 else
 	leave(token)
@@ -499,7 +524,7 @@ end
 // refreshScript extends the lease of the lock if it is still ours, and
 // issues it a fence when asked.
 //
-//	KEYS    the lock key, the fence counter, gens
+//	KEYS    the lock key, the fence counter, gens, holders
 //	ARGV[1] token
 //	ARGV[2] new ttl in milliseconds (>= 1)
 //	ARGV[3] "1" to issue a new fence, "0" not to
@@ -527,6 +552,9 @@ if ARGV[3] == "1" then
 	end
 end
 redis.call("PEXPIRE", KEYS[1], ARGV[2])
+if redis.call("HEXISTS", KEYS[4], ARGV[1]) == 1 then
+	redis.call("PEXPIRE", KEYS[4], ARGV[2])
+end
 return {1, fence}`)
 
 // refreshArgs are the arguments of a refresh: a renewal of token's lease
@@ -544,7 +572,7 @@ type refreshArgs struct {
 func (a refreshArgs) call() scriptCall {
 	argv := []any{a.token, a.ttl.Milliseconds(), flag(a.fenced), a.gen}
 	if a.mode.exclusive() {
-		return scriptCall{refreshScript, []string{a.key, sideKey(a.key, fenceKind), sideKey(a.key, gensKind)}, argv}
+		return scriptCall{refreshScript, []string{a.key, sideKey(a.key, fenceKind), sideKey(a.key, gensKind), sideKey(a.key, holdersKind)}, argv}
 	}
 	return scriptCall{holderRefreshScript, scriptKeys(a.key), append(argv, a.mode.arg())}
 }
@@ -612,7 +640,7 @@ return {1, fence}`)
 //	returns the remaining lease in ms (>= 0) when the token holds the key,
 //	        -2 when it does not.
 var holderPTTLScript = redis.NewScript(lineLua + `
-local lease = redis.call("ZSCORE", holders(ARGV[2]), ARGV[1])
+local lease = redis.call("ZSCORE", holderSet(ARGV[2]), ARGV[1])
 if lease and tonumber(lease) > now then
 	return tonumber(lease) - now
 end
@@ -651,7 +679,8 @@ func runPTTL(ctx context.Context, c redis.Scripter, key, token string, m mode) (
 //	        semaphore's permits) or "" (nobody holds the key); permits, a
 //	        semaphore's number of permits (0 for other modes); fence, the
 //	        fence counter as stored ("" if none); waiting, the live places
-//	        in line; then each holder's token and remaining lease (ms).
+//	        in line; then each holder's token, remaining lease (ms) and
+//	        description ("" if none).
 var inspectScript = redis.NewScript(lineLua + `
 local mode, permits, held = "", 0, {}
 local function live(z)
@@ -659,11 +688,13 @@ local function live(z)
 	for i = 1, #rs, 2 do
 		held[#held + 1] = rs[i]
 		held[#held + 1] = tonumber(rs[i + 1]) - now
+		held[#held + 1] = redis.call("HGET", HOLDERS, rs[i]) or ""
 	end
 end
 local t = redis.call("TYPE", K).ok
 if t == "string" then
-	mode, held = "x", {redis.call("GET", K), redis.call("PTTL", K)}
+	local token = redis.call("GET", K)
+	mode, held = "x", {token, redis.call("PTTL", K), redis.call("HGET", HOLDERS, token) or ""}
 elseif t == "zset" then
 	mode, permits = "p", tonumber(redis.call("GET", LIMIT) or "0")
 	live(K)
@@ -691,7 +722,7 @@ func runInspect(ctx context.Context, c redis.Scripter, key string) (Info, error)
 	if err != nil {
 		return Info{}, err
 	}
-	if len(res) < 4 || len(res)%2 != 0 {
+	if len(res) < 4 || len(res)%3 != 1 {
 		return Info{}, fmt.Errorf("redislock: unexpected reply %v", res)
 	}
 	mode, _ := res[0].(string)
@@ -700,10 +731,11 @@ func runInspect(ctx context.Context, c redis.Scripter, key string) (Info, error)
 	waiting, _ := res[3].(int64)
 	info := Info{Key: key, Mode: map[string]string{"x": ModeExclusive, "s": ModeShared, "p": ModeSemaphore}[mode], Permits: int(permits), Waiting: int(waiting)}
 	info.Fence, _ = strconv.ParseInt(fence, 10, 64)
-	for i := 4; i < len(res); i += 2 {
+	for i := 4; i < len(res); i += 3 {
 		token, _ := res[i].(string)
 		ms, _ := res[i+1].(int64)
-		info.Holders = append(info.Holders, Holder{Token: token, Description: holderOf(token), TTL: time.Duration(ms) * time.Millisecond})
+		desc, _ := res[i+2].(string)
+		info.Holders = append(info.Holders, Holder{Token: token, Description: desc, TTL: time.Duration(ms) * time.Millisecond})
 	}
 	return info, nil
 }

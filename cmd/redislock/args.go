@@ -67,6 +67,8 @@ func parseRun(args []string, getenv func(string) string) (runConfig, error) {
 		return c, errorf("run: no KEY")
 	case len(pos) > 1:
 		return c, errorf("run: one KEY expected, got %q (the command goes after --)", pos)
+	case pos[0] == "":
+		return c, errorf("run: empty KEY")
 	case !dashes:
 		return c, errorf("run: no -- between KEY and the command")
 	case len(argv) == 0:
@@ -122,6 +124,8 @@ func parseStatus(args []string, getenv func(string) string) (statusConfig, error
 		return c, err
 	case len(pos) != 1:
 		return c, errorf("status: one KEY expected, got %d arguments", len(pos))
+	case pos[0] == "":
+		return c, errorf("status: empty KEY")
 	}
 	c.key = pos[0]
 	if c.redisURL, err = redisURL(*url, getenv); err != nil {

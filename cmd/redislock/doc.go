@@ -44,6 +44,7 @@
 //	  2      usage error (bad flag, duration or URL, no KEY, no -- or
 //	         COMMAND); nothing was sent to Redis
 //	  69     Redis failed (unreachable, refused a command)
+//	  74     status: the output could not be written
 //	  75     run: the lock was lost while COMMAND ran
 //	  126    run: COMMAND could not be started
 //	  127    run: COMMAND was not found

@@ -1,13 +1,28 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
+	redis.SetLogger(quiet{}) // its failures reach us as errors, which we report
 	os.Exit(cli(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// quiet is a go-redis logger that logs nothing.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+// errorLine is the line redislock prints for err on stderr.
+func errorLine(err error) string {
+	return "redislock: " + strings.TrimPrefix(err.Error(), "redislock: ") + "\n"
 }
 
 // Exit statuses of redislock itself (see the package doc). run otherwise
@@ -16,6 +31,7 @@ const (
 	exitConflict   = 1   // the lock is held (default of -E), as flock(1)
 	exitUsage      = 2   // bad command line; nothing was sent to Redis
 	exitRedis      = 69  // EX_UNAVAILABLE: Redis failed
+	exitCannotSay  = 74  // EX_IOERR: status could not write its output
 	exitLost       = 75  // EX_TEMPFAIL: the lock was lost while COMMAND ran
 	exitCannotRun  = 126 // COMMAND found but could not be started, as shells
 	exitNotFound   = 127 // COMMAND not found, as shells
@@ -64,6 +80,7 @@ Exit status:
   2      usage error (bad flag, duration or URL, no KEY, no -- or
          COMMAND); nothing was sent to Redis
   69     Redis failed (unreachable, refused a command)
+  74     status: the output could not be written
   75     run: the lock was lost while COMMAND ran
   126    run: COMMAND could not be started
   127    run: COMMAND was not found
@@ -107,6 +124,6 @@ func parseFailed(err error, stdout, stderr io.Writer) int {
 }
 
 func usageError(stderr io.Writer, err error) int {
-	fmt.Fprintf(stderr, "redislock: %v\n\n%s", err, usage)
+	fmt.Fprintf(stderr, "%s\n%s", errorLine(err), usage)
 	return exitUsage
 }

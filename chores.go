@@ -1,0 +1,73 @@
+package redislock
+
+import (
+	"context"
+	"sync"
+)
+
+// chores counts the work a Locker does in the background that Redis must
+// see: releases that go on after Release returned, places given up by
+// Obtains that ended, locks taken by calls abandoned at their deadline and
+// given back when their reply comes. Shutdown waits for them.
+type chores struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0
+}
+
+// begin counts a chore; end ends it.
+func (c *chores) begin() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == 0 {
+		c.idle = make(chan struct{})
+	}
+	c.n++
+}
+
+func (c *chores) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n--; c.n == 0 {
+		close(c.idle)
+	}
+}
+
+// run runs f in a goroutine, as a chore.
+func (c *chores) run(f func()) {
+	c.begin()
+	go func() {
+		defer c.end()
+		f()
+	}()
+}
+
+// wait waits until no chore is left, or ctx ends.
+func (c *chores) wait(ctx context.Context) error {
+	c.mu.Lock()
+	idle := c.idle
+	n := c.n
+	c.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	select {
+	case <-idle:
+		return c.wait(ctx) // chores begun by those that ended
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Shutdown waits until the clean-up that the Locker does in the background
+// has reached Redis, or ctx ends (it then returns ctx's error): releases
+// that go on after Release returned (its ctx had ended), places in line
+// given up by Obtains that ended, and locks that acquisitions abandoned at
+// their deadline took and give back. Without it, a process that exits right
+// after an Obtain gave up may leave its place in line for up to a second,
+// and be handed the key meanwhile, which then stays taken for that
+// Obtain's ttl. Call it before the process exits, after the last Release.
+// The Locker stays usable; leases kept alive are not touched.
+func (l *Locker) Shutdown(ctx context.Context) error {
+	return l.chores.wait(ctx)
+}

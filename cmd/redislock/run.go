@@ -1,0 +1,370 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seed5e0b76d9/redislock"
+	"github.com/seed5e0b76d9/redislock/internal/redisurl"
+)
+
+// Timeouts of the calls run makes outside the wait for the lock.
+const (
+	pingTimeout    = 5 * time.Second        // the first contact with Redis
+	inspectTimeout = time.Second            // who holds the key, for the conflict message
+	releaseTimeout = 5 * time.Second        // the release after COMMAND exited
+	leftoverPoll   = 50 * time.Millisecond  // how often stopGroup looks for processes left
+	lostHookWait   = 100 * time.Millisecond // how long whyLost waits for the Lost hook
+)
+
+// forwarded are the signals run passes on to COMMAND (and that interrupt
+// the wait for the lock).
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// A runner is one run of the run subcommand.
+type runner struct {
+	cfg    runConfig
+	stderr io.Writer
+	rdb    redis.UniversalClient
+	locker *redislock.Locker
+	sigs   chan os.Signal // the forwarded signals redislock receives
+	term   *terminal      // the controlling terminal whose foreground job redislock is, or nil
+	lostBy chan string    // why the lock was lost, from the Lost hook
+}
+
+// run runs the run subcommand and returns the exit status.
+func run(cfg runConfig, stderr io.Writer) int {
+	path, err := exec.LookPath(cfg.argv[0])
+	if err != nil && !errors.Is(err, exec.ErrDot) {
+		fmt.Fprint(stderr, errorLine(err))
+		return startFailed(err)
+	}
+	rdb, err := redisurl.NewClient(cfg.redisURL)
+	if err != nil { // parseRun made one from the same URL
+		return usageError(stderr, err)
+	}
+	defer rdb.Close()
+
+	r := &runner{cfg: cfg, stderr: stderr, rdb: rdb, sigs: make(chan os.Signal, 8), lostBy: make(chan string, 1)}
+	for _, s := range forwarded {
+		if !signal.Ignored(s) { // nohup: stay immune, and so does COMMAND
+			signal.Notify(r.sigs, s)
+		}
+	}
+	defer signal.Stop(r.sigs)
+	r.term = openTerminal()
+	defer r.term.close()
+	r.locker = redislock.New(rdb,
+		redislock.WithFencing(),
+		redislock.WithHolder(holderDescription(cfg.argv, hostname(), os.Getpid())),
+		redislock.WithHooks(redislock.Hooks{Lost: func(_ context.Context, e redislock.LostEvent) {
+			why := strings.TrimPrefix(strings.TrimPrefix(e.Err.Error(), "redislock: "), "lock lost: ")
+			select {
+			case r.lostBy <- fmt.Sprintf(" after %v: %s", e.Held.Round(time.Millisecond), why):
+			default:
+			}
+		}}),
+	)
+
+	defer r.shutdown()
+	lk, code := r.obtain()
+	if lk == nil {
+		return code
+	}
+	return r.supervise(lk, path)
+}
+
+// shutdown waits, bounded, for the clean-up the Locker does in the
+// background (a place in line given up when the wait ended, a release
+// still under way), so that nothing of this run is left in Redis when it
+// exits: a place left there could be handed the key after the exit.
+func (r *runner) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	_ = r.locker.Shutdown(ctx)
+}
+
+// An interrupted is the cause of a wait for the lock that a signal ended.
+type interrupted struct{ sig os.Signal }
+
+func (i interrupted) Error() string { return "interrupted by " + i.sig.String() }
+
+// obtain checks that Redis answers and obtains the lock. It returns the
+// lock, or nil and the exit status.
+func (r *runner) obtain() (*redislock.Lock, int) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case s := <-r.sigs:
+			cancel(interrupted{s})
+		case <-stop:
+		}
+	}()
+	lk, err := r.tryObtain(ctx)
+	close(stop)
+	<-stopped
+	c := r.cfg
+	if i, ok := context.Cause(ctx).(interrupted); ok {
+		if lk != nil {
+			r.release(lk)
+		}
+		fmt.Fprintf(r.stderr, "redislock: %v (signal %d) while waiting for the lock on %q\n", i.sig, signalNumber(i.sig), c.key)
+		return nil, exitSignalBase + signalNumber(i.sig)
+	}
+	switch {
+	case errors.Is(err, redislock.ErrNotObtained):
+		fmt.Fprintf(r.stderr, "redislock: lock on %q not obtained: %s\n", c.key, r.heldBy())
+		return nil, c.conflict
+	case err != nil:
+		fmt.Fprint(r.stderr, errorLine(err))
+		return nil, exitRedis
+	}
+	return lk, 0
+}
+
+// tryObtain pings Redis, so that a Redis that cannot be reached fails at
+// once instead of making Obtain wait for it, then obtains the lock.
+func (r *runner) tryObtain(ctx context.Context) (*redislock.Lock, error) {
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	err := r.rdb.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("redis %s: %w", r.cfg.redisURL, err)
+	}
+	if r.cfg.wait == 0 {
+		return r.locker.TryObtain(ctx, r.cfg.key, r.cfg.ttl)
+	}
+	var opts []redislock.Option
+	if r.cfg.wait > 0 {
+		opts = append(opts, redislock.WithWait(r.cfg.wait))
+	}
+	return r.locker.Obtain(ctx, r.cfg.key, r.cfg.ttl, opts...)
+}
+
+// heldBy describes who holds the key, as far as a quick look tells.
+func (r *runner) heldBy() string {
+	ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
+	defer cancel()
+	info, err := r.locker.Inspect(ctx, r.cfg.key)
+	switch {
+	case err != nil:
+		return "it is held"
+	case len(info.Holders) == 0:
+		return fmt.Sprintf("others wait for it (%d in line)", info.Waiting)
+	}
+	h := info.Holders[0]
+	d := h.Description
+	if d == "" {
+		d = "a holder without a description"
+	}
+	return fmt.Sprintf("held by %s (lease %v left)", d, h.TTL.Round(time.Millisecond))
+}
+
+// supervise keeps the lock while COMMAND (found at path) runs, and returns
+// the exit status. It releases the lock.
+func (r *runner) supervise(lk *redislock.Lock, path string) int {
+	c := r.cfg
+	kept := lk.KeepAlive(context.Background())
+	env := os.Environ()
+	env = append(env, keyEnv+"="+c.key)
+	if c.fenceEnv != "" {
+		env = append(env, c.fenceEnv+"="+strconv.FormatInt(lk.Fence(), 10))
+	}
+	if c.tokenEnv != "" {
+		env = append(env, c.tokenEnv+"="+lk.Token())
+	}
+	ownGroup := r.term == nil
+	cmd := &exec.Cmd{
+		Path: path, Args: c.argv, Env: env,
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		SysProcAttr: procAttr(ownGroup),
+	}
+	// The death signal (procAttr) is sent when the thread that started
+	// COMMAND ends: keep this goroutine on it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if sig, ok := r.pending(); ok {
+		r.release(lk)
+		fmt.Fprintf(r.stderr, "redislock: %v (signal %d) before the command started\n", sig, signalNumber(sig))
+		return exitSignalBase + signalNumber(sig)
+	}
+	if err := cmd.Start(); err != nil {
+		r.release(lk)
+		fmt.Fprint(r.stderr, errorLine(err))
+		return startFailed(err)
+	}
+	j := job{p: cmd.Process, group: ownGroup, stderr: r.stderr}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // its error is in ProcessState
+		close(exited)
+	}()
+
+	lost := false
+	var killAt time.Time
+	var kill <-chan time.Time
+	keptDone := kept.Done()
+	for waiting := true; waiting; {
+		select {
+		case s := <-r.sigs:
+			if r.term != nil && r.term.sentByTerminal(s) {
+				continue // the terminal sent it to COMMAND too
+			}
+			j.signal(s)
+		case <-keptDone:
+			keptDone, lost = nil, true
+			j.signal(syscall.SIGTERM)
+			killAt = time.Now().Add(c.grace)
+			kill = time.After(c.grace)
+			fmt.Fprintf(r.stderr, "redislock: lock on %q lost%s; sent SIGTERM to the command, SIGKILL in %v\n", c.key, r.whyLost(), c.grace)
+		case <-kill:
+			kill = nil
+			j.signal(syscall.SIGKILL)
+		case <-exited:
+			waiting = false
+		}
+	}
+	code := exitStatus(cmd.ProcessState)
+	termSent := lost
+	if !lost && kept.Err() != nil { // Err reads the lease clock
+		lost = true
+		fmt.Fprintf(r.stderr, "redislock: lock on %q lost as the command exited (status %d)\n", c.key, code)
+	}
+	err := r.release(lk)
+	if errors.Is(err, redislock.ErrNotHeld) && !lost {
+		lost = true
+		fmt.Fprintf(r.stderr, "redislock: lock on %q was lost before the command exited (status %d): the key was no longer ours at the release\n", c.key, code)
+	}
+	if !lost {
+		return code
+	}
+	j.stopGroup(termSent, killAt, c.grace)
+	return exitLost
+}
+
+// whyLost says when and why the lock was lost, if the Lost hook says so
+// soon, else "".
+func (r *runner) whyLost() string {
+	select {
+	case why := <-r.lostBy:
+		return why
+	case <-time.After(lostHookWait):
+		return ""
+	}
+}
+
+// pending returns a forwarded signal received and not yet handled.
+func (r *runner) pending() (os.Signal, bool) {
+	select {
+	case s := <-r.sigs:
+		return s, true
+	default:
+		return nil, false
+	}
+}
+
+// release releases lk with a fresh bounded context, reporting a failure
+// other than ErrNotHeld, and returns its error.
+func (r *runner) release(lk *redislock.Lock) error {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	err := lk.Release(ctx)
+	if err != nil && !errors.Is(err, redislock.ErrNotHeld) {
+		fmt.Fprintf(r.stderr, "%s (the lease ends by itself within %v)\n", strings.TrimSuffix(errorLine(err), "\n"), r.cfg.ttl)
+	}
+	return err
+}
+
+// A job is COMMAND's process, and its process group when it leads one.
+type job struct {
+	p      *os.Process
+	group  bool
+	stderr io.Writer
+}
+
+// signal sends s to COMMAND: to its process group when it leads one.
+func (j job) signal(s os.Signal) {
+	if err := signalJob(j.p, j.group, s); err != nil && !errors.Is(err, os.ErrProcessDone) && !errors.Is(err, syscall.ESRCH) {
+		fmt.Fprintf(j.stderr, "redislock: send %v to the command: %v\n", s, err)
+	}
+}
+
+// stopGroup ends, after a lost lock and once COMMAND has exited, what is
+// left of its process group: processes it started and left running. Those
+// that got SIGTERM already (termSent) have until killAt to exit; otherwise
+// they get SIGTERM now and -grace. Then they get SIGKILL.
+func (j job) stopGroup(termSent bool, killAt time.Time, grace time.Duration) {
+	if !j.group || !groupAlive(j.p.Pid) {
+		return
+	}
+	if !termSent {
+		_ = signalJob(j.p, true, syscall.SIGTERM)
+		killAt = time.Now().Add(grace)
+	}
+	for groupAlive(j.p.Pid) && time.Now().Before(killAt) {
+		time.Sleep(leftoverPoll)
+	}
+	if groupAlive(j.p.Pid) {
+		_ = signalJob(j.p, true, syscall.SIGKILL)
+	}
+}
+
+// startFailed returns the exit status for a COMMAND that could not be
+// started: 127 when it was not found, 126 otherwise, as shells do.
+func startFailed(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return exitNotFound
+	}
+	return exitCannotRun
+}
+
+// maxHolder is the longest holder description the library takes, in bytes.
+const maxHolder = 200
+
+// holderDescription describes this run for Locker.Inspect: "redislock run
+// COMMAND ARGS on HOST pid PID", the command cut to fit maxHolder bytes.
+func holderDescription(argv []string, host string, pid int) string {
+	tail := fmt.Sprintf(" on %s pid %d", host, pid)
+	const head = "redislock run "
+	cmd := strings.ToValidUTF8(strings.Join(argv, " "), "?")
+	if room := maxHolder - len(head) - len(tail); len(cmd) > room {
+		cmd = truncate(cmd, max(room-3, 0)) + "..."
+	}
+	return truncate(head+cmd+tail, maxHolder)
+}
+
+// truncate cuts s, valid UTF-8, to at most n bytes without splitting a rune.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "unknown host"
+	}
+	return strings.ToValidUTF8(h, "?")
+}

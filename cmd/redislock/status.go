@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/seed5e0b76d9/redislock"
+	"github.com/seed5e0b76d9/redislock/internal/redisurl"
+)
+
+// statusTimeout bounds status's one call to Redis.
+const statusTimeout = 10 * time.Second
+
+// modeFree is the mode status reports for a key nobody holds.
+const modeFree = "free"
+
+// statusJSON is what status -json prints.
+type statusJSON struct {
+	Key     string       `json:"key"`
+	Held    bool         `json:"held"`
+	Mode    string       `json:"mode"` // exclusive, shared, semaphore, or free
+	Holders []holderJSON `json:"holders"`
+	Permits int          `json:"permits,omitempty"` // a semaphore's number of permits
+	Fence   int64        `json:"fence"`             // the latest fence issued, 0 if none
+	Waiting int          `json:"waiting"`           // places in the key's line
+}
+
+type holderJSON struct {
+	Description string `json:"description"`
+	TTLMillis   int64  `json:"ttl_ms"` // the lease left, as Redis sees it
+	Token       string `json:"token"`
+}
+
+// status runs the status subcommand and returns the exit status.
+func status(cfg statusConfig, stdout, stderr io.Writer) int {
+	rdb, err := redisurl.NewClient(cfg.redisURL)
+	if err != nil { // parseStatus made one from the same URL
+		return usageError(stderr, err)
+	}
+	defer rdb.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	info, err := redislock.New(rdb).Inspect(ctx, cfg.key)
+	if err != nil {
+		fmt.Fprint(stderr, errorLine(err))
+		return exitRedis
+	}
+	if cfg.json {
+		err = printJSON(stdout, info)
+	} else {
+		err = printStatus(stdout, info)
+	}
+	if err != nil {
+		fmt.Fprint(stderr, errorLine(err))
+		return exitCannotSay
+	}
+	return 0
+}
+
+func toJSON(info redislock.Info) statusJSON {
+	s := statusJSON{
+		Key: info.Key, Held: len(info.Holders) > 0, Mode: info.Mode, Holders: []holderJSON{},
+		Permits: info.Permits, Fence: info.Fence, Waiting: info.Waiting,
+	}
+	if s.Mode == "" {
+		s.Mode = modeFree
+	}
+	for _, h := range info.Holders {
+		s.Holders = append(s.Holders, holderJSON{Description: h.Description, TTLMillis: h.TTL.Milliseconds(), Token: h.Token})
+	}
+	return s
+}
+
+func printJSON(w io.Writer, info redislock.Info) error {
+	e := json.NewEncoder(w)
+	e.SetIndent("", "  ")
+	return e.Encode(toJSON(info))
+}
+
+// printStatus prints info for people:
+//
+//	key:      deploy
+//	mode:     exclusive
+//	holder:   redislock run ./migrate up on web-3 pid 4711
+//	  ttl:    27.4s
+//	  token:  hM3Z...@redislock%20run...
+//	fence:    12
+//	waiting:  0
+func printStatus(w io.Writer, info redislock.Info) error {
+	s := toJSON(info)
+	var b strings.Builder
+	line := func(label string, value any) { fmt.Fprintf(&b, "%-10s%v\n", label+":", value) }
+	line("key", s.Key)
+	line("mode", s.Mode)
+	if s.Permits > 0 {
+		line("permits", s.Permits)
+	}
+	for _, h := range info.Holders {
+		d := h.Description
+		if d == "" {
+			d = "(no description)"
+		}
+		line("holder", d)
+		line("  ttl", h.TTL.Round(time.Millisecond))
+		line("  token", h.Token)
+	}
+	line("fence", s.Fence)
+	line("waiting", s.Waiting)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
