@@ -58,7 +58,8 @@ func (lk *Lock) Fence() int64 { return lk.fence }
 // of a Lock obtained WithFencing); key must not be empty.
 //
 // Fences are compared in Lua, whose numbers are exact up to 2^53: larger
-// fences are rejected with ErrInvalidOption (INCR never gets there).
+// fences are rejected with ErrInvalidOption (Lockers issue fences up to
+// 2^53-1).
 //
 // SetFenced uses client directly: the resource may live on another Redis
 // than the locks.

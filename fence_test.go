@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -171,13 +172,15 @@ func TestFencedLostReply(t *testing.T) {
 }
 
 // A fenced acquire is all or nothing: when the fence counter cannot be
-// incremented (it holds something else than an integer, or is at 2^63-1),
+// incremented (it holds something else than a non-negative integer, or is
+// at 2^53-1 or beyond),
 // the acquire fails with an error (not ErrNotObtained) and leaves no key:
 // on a free key, when the counter breaks while the waiter is in line and
 // the key is handed to it, and when it is broken as the waiter lines up.
 // The waiter behind it gets the key at once.
 func TestFence_FailedIncrementLeavesNoKey(t *testing.T) {
-	for name, counter := range map[string]string{"not an integer": "abc", "at its maximum": "9223372036854775807"} {
+	for name, counter := range map[string]string{"not an integer": "abc", "negative": "-7",
+		"at its maximum": "9007199254740991", "beyond it": "9223372036854775807"} {
 		t.Run(name, func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b *backend) {
 				ctx := ctxT(t, 10*time.Second)
@@ -222,4 +225,30 @@ func TestFence_FailedIncrementLeavesNoKey(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Fences are exact up to 2^53-1, the largest integer a Lua number (a double)
+// holds exactly: a counter at 2^53-2 issues 2^53-1, exactly, and then no
+// more (the next fenced acquire fails and leaves no key; the counter is not
+// changed), so that no fence is ever rounded to one issued before.
+func TestFence_ExactUpTo2To53(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 5*time.Second)
+		rdb, _ := b.client(t)
+		fenceKey := redislock.SideKey("k", "fence")
+		require.NoError(t, rdb.Set(ctx, fenceKey, strconv.FormatInt(1<<53-2, 10), 0).Err())
+		locker := redislock.New(rdb, redislock.WithFencing())
+
+		lk, err := locker.TryObtain(ctx, "k", time.Minute)
+		require.NoError(t, err)
+		assert.Equal(t, int64(1<<53-1), lk.Fence())
+		require.NoError(t, lk.Release(ctx))
+
+		_, err = locker.TryObtain(ctx, "k", time.Minute)
+		require.Error(t, err)
+		assert.NotErrorIs(t, err, redislock.ErrNotObtained)
+		assert.Contains(t, err.Error(), "maximum")
+		assert.Equal(t, int64(0), rdb.Exists(ctx, "k").Val())
+		assert.Equal(t, strconv.FormatInt(1<<53-1, 10), rdb.Get(ctx, fenceKey).Val())
+	})
 }

@@ -63,9 +63,33 @@ func scriptKeys(key string) []string {
 }
 
 // fenceLua defines issueFence, which issues the next fence of the counter
-// KEYS[2].
+// KEYS[2], and fenceProblem, which says why it cannot.
+//
+// Fences stop at 2^53-1 (maxFenceLua): Lua's numbers are doubles, exact up to
+// 2^53, and a fence rounded on its way out of a script would repeat. A
+// counter at 2^53-1 or beyond, or holding something else than a
+// non-negative integer, issues no fence: issueFence returns nil and the
+// error, having changed nothing.
 const fenceLua = `
+local function fenceProblem()
+	local f = redis.pcall("GET", KEYS[2])
+	if type(f) == "table" then
+		return f.err
+	elseif not f then
+		return nil
+	elseif not string.match(f, "^%d+$") then
+		return "ERR redislock: the fence counter " .. KEYS[2] .. " holds something else than a non-negative integer"
+	elseif tonumber(f) >= ` + maxFenceLua + ` then
+		return "ERR redislock: the fence counter " .. KEYS[2] .. " is at its maximum (2^53-1, the largest integer Lua holds exactly)"
+	end
+	return nil
+end
+
 local function issueFence()
+	local problem = fenceProblem()
+	if problem then
+		return nil, problem
+	end
 	local n = redis.pcall("INCR", KEYS[2])
 	if type(n) == "table" then
 		return nil, n.err
@@ -74,12 +98,15 @@ local function issueFence()
 end
 `
 
+// maxFenceLua is the largest fence a script issues, 2^53-1, as Lua reads it.
+const maxFenceLua = "9007199254740991"
+
 // lineLua is the prelude of the scripts that act on a lock key: its KEYS
 // (see scriptKeys), Redis's clock, and the helpers of the data model.
 //
 // Scripts may call TIME since Redis 5 (they are replicated by their
 // effects). issueFence returns nil and the error when the counter cannot be
-// incremented (it holds something else than an integer, or is at 2^63-1),
+// incremented (it holds something else than a non-negative integer, or is at 2^53-1),
 // having changed nothing: every script issues the fence before it sets the
 // key, so that a failed fence leaves no lock.
 const lineLua = fenceLua + `
@@ -214,17 +241,8 @@ local function blockedFor(mode)
 	return -1
 end
 
--- what is wrong with the fence counter (nil: nothing): a waiter that wants
--- a fence learns it before it waits, not when the key is handed to it
-local function fenceProblem()
-	local f = redis.call("GET", FENCE)
-	if f and not string.match(f, "^%-?%d+$") then
-		return "ERR redislock: the fence counter " .. FENCE .. " holds something else than an integer"
-	elseif f == "9223372036854775807" then
-		return "ERR redislock: the fence counter " .. FENCE .. " is at its maximum"
-	end
-	return nil
-end
+-- (fenceProblem, see fenceLua, tells a waiter that wants a fence what is
+-- wrong with the counter before it waits, not when the key is handed to it)
 
 -- keeps a place in line for token
 local function place(token, keep, ttl, fenced, mode, locker, desc)
