@@ -230,9 +230,9 @@ func (l *Locker) check(key string, ttl time.Duration, o *options) error {
 		return fmt.Errorf("%w (got %v)", ErrInvalidTTL, ttl)
 	case l.quorum != nil:
 		return l.quorum.check(o)
-	case o.replicas.n > 0 && l.read > 0 && o.replicas.timeout >= l.read:
-		return fmt.Errorf("%w: WithReplicas timeout %v: must be below the client's ReadTimeout (%v), which would end the wait for WAIT's reply first",
-			ErrInvalidOption, o.replicas.timeout, l.read)
+	case o.replicas.n > 0 && l.read > 0 && o.replicas.timeout > l.read-waitSlack(l.read):
+		return fmt.Errorf("%w: WithReplicas timeout %v: must leave %v of the client's ReadTimeout (%v): Redis answers a WAIT that timed out up to 100ms late, and go-redis would stop reading first",
+			ErrInvalidOption, o.replicas.timeout, waitSlack(l.read), l.read)
 	}
 	return nil
 }

@@ -47,9 +47,12 @@ type replicas struct {
 // returns it.
 //
 // n = 0 turns replica acknowledgement off (for a single call on a Locker
-// that has it). It requires n >= 0 and, for n > 0, 1ms <= timeout, below
-// the client's ReadTimeout (the reply to WAIT comes after timeout). Not
-// for a quorum Locker (NewQuorum), whose nodes are masters.
+// that has it). It requires n >= 0 and, for n > 0, 1ms <= timeout <=
+// ReadTimeout - max(200ms, ReadTimeout/10) of the client (2.7s with
+// go-redis's default of 3s): the reply to a WAIT that timed out comes after
+// timeout, up to 100ms later (Redis notices at its next tick), and must
+// come before go-redis stops reading. Not for a quorum Locker (NewQuorum),
+// whose nodes are masters.
 func WithReplicas(n int, timeout time.Duration) Option {
 	return func(o *options) {
 		if n < 0 || (n > 0 && timeout < time.Millisecond) {
@@ -59,6 +62,10 @@ func WithReplicas(n int, timeout time.Duration) Option {
 		o.replicas = replicas{n: n, timeout: timeout.Truncate(time.Millisecond)}
 	}
 }
+
+// waitSlack is how much of a client's ReadTimeout read a WAIT's timeout
+// must leave (see WithReplicas).
+func waitSlack(read time.Duration) time.Duration { return max(200*time.Millisecond, read/10) }
 
 // notReplicated is the error of a write of key that only acked replicas
 // acknowledged within r.timeout.

@@ -138,10 +138,12 @@ func TestReplicas_WritesAcknowledged(t *testing.T) {
 
 	lctx := lk.KeepAlive(ctx)
 	lost := watchLoss(lctx)
+	time.Sleep(time.Until(until))
+	assert.ErrorIs(t, lctx.Err(), context.Canceled, "at the end of the acknowledged lease, the kept context is done")
 	select {
 	case l := <-lost:
 		assert.ErrorIs(t, l.cause, redislock.ErrLockLost)
-		assert.True(t, l.at.Before(until), "told before the acknowledged lease ran out")
+		assert.Less(t, l.at.Sub(until), timerSlack, "told before the acknowledged lease ran out, give or take a late timer")
 	case <-time.After(3 * time.Second):
 		t.Fatal("renewals that no replica acknowledged kept the lease")
 	}
@@ -153,7 +155,8 @@ func TestReplicas_WritesAcknowledged(t *testing.T) {
 }
 
 // WithReplicas checks its input, before anything is sent: n >= 0, a
-// timeout of at least 1ms, below the client's ReadTimeout.
+// timeout of at least 1ms that leaves max(200ms, ReadTimeout/10) of the
+// client's ReadTimeout.
 func TestReplicas_BadInput(t *testing.T) {
 	b := miniBackend(t)
 	rdb, n := b.client(t, func(o *redis.Options) { o.ReadTimeout = time.Second })
@@ -161,6 +164,7 @@ func TestReplicas_BadInput(t *testing.T) {
 		redislock.WithReplicas(-1, time.Second),
 		redislock.WithReplicas(1, 0),
 		redislock.WithReplicas(1, 2*time.Second),
+		redislock.WithReplicas(1, 801*time.Millisecond),
 	} {
 		_, err := redislock.New(rdb, opt).TryObtain(context.Background(), "k", time.Second)
 		assert.ErrorIs(t, err, redislock.ErrInvalidOption)
@@ -168,6 +172,28 @@ func TestReplicas_BadInput(t *testing.T) {
 	assert.Zero(t, n.Load())
 	_, err := redislock.New(rdb, redislock.WithReplicas(0, 0)).TryObtain(context.Background(), "k", time.Second)
 	assert.NoError(t, err, "n = 0 turns acknowledgement off")
+}
+
+// The longest WAIT timeout WithReplicas accepts still ends in
+// ErrNotReplicated, never in go-redis's read timeout: with no replica to
+// acknowledge, on a client with a ReadTimeout of 1s, WithReplicas(1, 800ms)
+// returns ErrNotReplicated within the WAIT's timeout and a tick, and
+// leaves no key. (Redis answers a WAIT that timed out at its next tick, up
+// to 100ms late: a timeout of 950ms ran into the read timeout.)
+func TestReplicas_LongestTimeoutIsNotAReadTimeout(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client(t, func(o *redis.Options) { o.ReadTimeout = time.Second })
+	ctx := ctxT(t, 30*time.Second)
+	locker := redislock.New(rdb, redislock.WithReplicas(1, 800*time.Millisecond))
+	_, err := locker.TryObtain(ctx, "warm-up", time.Second) // loads the script: a NOSCRIPT costs a second WAIT
+	require.ErrorIs(t, err, redislock.ErrNotReplicated)
+	for range 5 {
+		start := time.Now()
+		_, err := locker.TryObtain(ctx, "k", time.Second)
+		require.ErrorIs(t, err, redislock.ErrNotReplicated)
+		assert.Less(t, time.Since(start), time.Second, "answered before the read timeout")
+		assert.Equal(t, int64(0), rdb.Exists(ctx, "k").Val())
+	}
 }
 
 // BenchmarkReplicas measures the uncontended Obtain + Release cycle on a
