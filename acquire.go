@@ -174,6 +174,7 @@ func (l *Locker) releaseLater(lk *Lock) {
 	_ = lk.beginRelease()
 	lk.stopKeeping()
 	if l.lines.pass(lk) {
+		l.handedOff(context.Background(), lk.key, true, 1)
 		return
 	}
 	lk.markReleased()

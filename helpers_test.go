@@ -125,7 +125,11 @@ func (h hook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		err := next(ctx, cmd)
 		if h.after != nil {
+			set := cmd.Err()
 			h.after(cmd, err)
+			if e := cmd.Err(); e != set {
+				err = e // an error after sets is the command's
+			}
 		}
 		return err
 	}

@@ -91,7 +91,7 @@ func (lk *Lock) KeepAlive(ctx context.Context) context.Context {
 	}
 	old := lk.renewal
 	lk.renewal = r
-	r.expire = time.AfterFunc(time.Hour, func() { cancel(ErrLockLost) })
+	r.expire = time.AfterFunc(time.Hour, r.lose)
 	lk.moveExpiry()
 	r.due, r.ttl = lk.clock.until.Add(-lk.clock.ttl*2/3), lk.clock.ttl
 	lk.mu.Unlock()
@@ -109,8 +109,8 @@ func (lk *Lock) KeepAlive(ctx context.Context) context.Context {
 			lk.renewal = nil
 		}
 		lk.mu.Unlock()
-		if errors.Is(context.Cause(lctx), ErrLockLost) {
-			lk.reportLost(lctx, lastErr)
+		if errors.Is(context.Cause(lctx), ErrLockLost) && lk.isLost() {
+			lk.reportLost(lctx, lastErr) // not for a cause ctx had from its parent
 		}
 	})
 	return lctx
@@ -141,7 +141,7 @@ func (c leaseContext) Err() error {
 		return err
 	}
 	if time.Since(epoch) >= time.Duration(c.r.end.Load()) {
-		c.r.cancel(ErrLockLost)
+		c.r.lose()
 		return c.Context.Err()
 	}
 	return nil
@@ -149,6 +149,21 @@ func (c leaseContext) Err() error {
 
 // epoch is the origin of renewal.end, on the monotonic clock.
 var epoch = time.Now()
+
+// lose ends r's context with ErrLockLost: the lock is lost (the lease ran
+// out, or a renewal, Refresh or TTL found the key gone or another's). It is
+// found lost, and reported (Hooks.Lost, WithLock's error), only if no
+// Release of it has begun: a renewal that reaches Redis after the release
+// finds the key gone by the release's doing.
+func (r *renewal) lose() {
+	lk := r.lk
+	lk.mu.Lock()
+	if r.ctx.Err() == nil && lk.losable() {
+		lk.lost = true
+	}
+	lk.mu.Unlock()
+	r.cancel(ErrLockLost)
+}
 
 // stopKeeping ends the lock's lease keeping, if any.
 func (lk *Lock) stopKeeping() {

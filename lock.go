@@ -32,6 +32,7 @@ type Lock struct {
 	renewal   *renewal   // set while KeepAlive renews the lease
 	since     time.Time  // when the lock was acquired (or passed to this acquisition)
 	lostWhy   error      // why the lock is known to be lost (see markLost), or nil
+	lost      bool       // found lost while no Release was under way (see renewal.lose)
 	lostSeen  bool       // the Lost hook was called
 }
 
@@ -268,7 +269,13 @@ func (lk *Lock) Until() time.Time {
 // way, so that no lock is left behind. Other errors come from Redis: the
 // release may or may not have run, and Release may be called again (a
 // release that ran is recognized by its mark).
-func (lk *Lock) Release(ctx context.Context) error {
+func (lk *Lock) Release(ctx context.Context) error { return lk.endWith(ctx, false) }
+
+// endWith ends lk's handle, and releases the acquisition with its last
+// handle. A release that Redis failed leaves the handle open, so that
+// Release may be called again; with finally (WithLock, after which nobody
+// can), it goes on in the background instead, and the error says so.
+func (lk *Lock) endWith(ctx context.Context, finally bool) error {
 	a, last, ok := lk.endHandle()
 	if !ok {
 		return ErrNotHeld
@@ -277,7 +284,12 @@ func (lk *Lock) Release(ctx context.Context) error {
 		return nil // another handle holds it still (see reentrant.go)
 	}
 	err := a.end(ctx)
-	if err != nil && !errors.Is(err, ErrNotHeld) && !a.isReleased() {
+	switch {
+	case err == nil, errors.Is(err, ErrNotHeld), a.isReleased():
+	case finally:
+		a.locker.releaseLater(a)
+		err = fmt.Errorf("%w; the release %w", err, errBackground)
+	default:
 		lk.reopenHandle()
 	}
 	a.releasedEvent(ctx, err)
@@ -357,7 +369,9 @@ func (lk *Lock) beginRelease() bool {
 
 // markLost records that lk is known not to be held (a Refresh, TTL or
 // renewal found the key gone or owned by another): its lease ends now, and
-// its kept context ends (which reports the loss; see Hooks.Lost).
+// its kept context ends (which reports the loss; see Hooks.Lost). Once a
+// Release of lk has begun, the key is gone by its doing (a renewal that
+// reached Redis after it): no loss is reported then.
 func (lk *Lock) markLost() {
 	lk.mu.Lock()
 	if now := time.Now(); lk.clock.until.After(now) {
@@ -367,16 +381,32 @@ func (lk *Lock) markLost() {
 		lk.lostWhy = fmt.Errorf("%w: %s was gone or held by another owner", ErrLockLost, quoteKey(lk.key))
 	}
 	r := lk.renewal
+	kept := r != nil && r.ctx.Err() == nil
+	report := !kept && lk.losable()
+	lk.lost = lk.lost || report
 	lk.mu.Unlock()
-	if r == nil || r.ctx.Err() != nil {
+	switch {
+	case kept:
+		r.lose()
+	case report:
 		lk.reportLost(context.Background(), nil)
-		return
 	}
-	r.cancel(ErrLockLost)
 }
 
-// reportLost calls the Lost hook, once per acquisition. lastErr is the
-// error of the last renewal, if it failed.
+// losable reports whether lk can be found lost: no Release of it is under
+// way or done. lk.mu is held.
+func (lk *Lock) losable() bool { return !lk.releasing && !lk.released }
+
+// isLost reports whether lk was found lost (before any Release began).
+func (lk *Lock) isLost() bool {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.lost
+}
+
+// reportLost calls the Lost hook, once per acquisition, for lk found lost
+// (see lose and markLost). lastErr is the error of the last renewal, if it
+// failed.
 func (lk *Lock) reportLost(ctx context.Context, lastErr error) {
 	lk.mu.Lock()
 	seen, why := lk.lostSeen, lk.lostWhy
@@ -405,7 +435,8 @@ func (lk *Lock) markReleased() {
 
 // release releases lk through Redis, bounded by ctx, without the checks of
 // Release: for locks handed or passed to an Obtain that gave up meanwhile,
-// and for Releases whose ctx was done.
+// and for Releases that go on in the background. It reports the hand-offs
+// it makes (Hooks.HandOff).
 func (lk *Lock) release(ctx context.Context) {
 	l := lk.locker
 	if l.quorum != nil {
@@ -415,6 +446,9 @@ func (lk *Lock) release(ctx context.Context) {
 	ln, leave := l.lines.releasing(lk)
 	res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, mode: lk.mode, leave: leave, mark: l.releaseMark()})
 	l.lines.released(l, lk.key, ln, res, err)
+	if err == nil {
+		l.handedOff(ctx, lk.key, false, res.handoffs)
+	}
 }
 
 // Refresh extends the lease to ttl from now if the lock is still held. It

@@ -177,10 +177,14 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, o *
 //
 // fn's ctx is derived from ctx. It is cancelled with cause ErrLockLost as soon
 // as the lock is lost (see Lock.KeepAlive for the timing guarantee); fn
-// should then stop, and WithLock's error wraps ErrLockLost. WithLock returns
-// fn's error, joined with ErrLockLost and with any error of the release, which
-// uses a fresh context bounded to 5 seconds. If the lock is not obtained, fn
-// is not called and the error is Obtain's.
+// should then stop, and WithLock's error wraps ErrLockLost. (fn's ctx also
+// ends when ctx does, with ctx's cause: an outer lock's loss, when WithLock
+// runs in the fn of another, ends it with ErrLockLost, but is not this
+// lock's.) WithLock returns fn's error, joined with ErrLockLost and with any
+// error of the release, which uses a fresh context bounded to 5 seconds; a
+// release that fails (Redis is unreachable) goes on in the background, as
+// with a Release whose ctx has ended, and its error says so. If the lock is
+// not obtained, fn is not called and the error is Obtain's.
 func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) (err error) {
 	o := l.opts.apply(opts)
 	if fn == nil && o.err == nil {
@@ -192,10 +196,10 @@ func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.C
 	}
 	lctx := lk.Context(lk.KeepAlive(ctx))
 	defer func() {
-		lost := errors.Is(context.Cause(lctx), ErrLockLost)
+		lost := lk.acquisition().isLost() // not when lctx only ended with an outer lock's loss
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
-		rerr := lk.Release(rctx)
+		rerr := lk.endWith(rctx, true)
 		if lost && !errors.Is(err, ErrLockLost) {
 			err = errors.Join(err, ErrLockLost)
 		}

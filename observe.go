@@ -23,19 +23,27 @@ type Hooks struct {
 	// Obtain is called when Obtain, TryObtain or WithLock has acquired the
 	// lock or given up (not for calls rejected as bad input).
 	Obtain func(ctx context.Context, e ObtainEvent)
-	// HandOff is called when a Release handed the key over directly: to
+	// HandOff is called when a release handed the key over directly: to
 	// another Obtain of this Locker (Local), or to the next place in the
-	// key's line in Redis.
+	// key's line in Redis. Releases that go on in the background report
+	// theirs when they run.
 	HandOff func(ctx context.Context, e HandOffEvent)
 	// Renew is called for each renewal of a kept lease (KeepAlive,
 	// WithLock) when its outcome is known.
 	Renew func(ctx context.Context, e RenewEvent)
 	// Lost is called once per acquisition when it is known to be lost: its
 	// kept context ended with ErrLockLost, or a Refresh, TTL or renewal
-	// found the key gone or held by another owner.
+	// found the key gone or held by another owner. It is not called for a
+	// lock whose Release is under way or done (a renewal that reaches Redis
+	// after the release finds the key gone by the release's doing: the
+	// Release reports its outcome), nor for a lock whose kept context ended
+	// only because its parent did (an outer lock's loss).
 	Lost func(ctx context.Context, e LostEvent)
 	// Release is called when the release of an acquisition returns (the
-	// Release of its last handle: see Lock.Context).
+	// Release of its last handle: see Lock.Context). Outcomes released,
+	// not_held and background end the acquisition; error leaves it held
+	// (Release may be called again), except in WithLock, whose failed
+	// release goes on in the background (outcome background).
 	Release func(ctx context.Context, e ReleaseEvent)
 }
 

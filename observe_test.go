@@ -380,3 +380,118 @@ func BenchmarkHooks(b *testing.B) {
 		})
 	}
 }
+
+// A lock released while one of its renewals is on its way is not reported
+// lost: the renewal reaches Redis after the release and finds the key gone,
+// which is the release's doing. The Release reports released, and no Lost
+// event follows.
+func TestHooks_NoLostAfterRelease(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	inFlight := make(chan struct{})
+	var once sync.Once
+	rdb.AddHook(hook{pipeline: func(cmds []redis.Cmder) {
+		if runs(cmds[0], redislock.RefreshScriptHash) {
+			once.Do(func() {
+				close(inFlight)
+				time.Sleep(300 * time.Millisecond) // the renewal reaches Redis after the release
+			})
+		}
+	}})
+	var rec recorder
+	lk, err := redislock.New(rdb, redislock.WithHooks(rec.hooks())).Obtain(ctx, "k", 600*time.Millisecond)
+	require.NoError(t, err)
+	lk.KeepAlive(ctx)
+	<-inFlight
+	require.NoError(t, lk.Release(ctx))
+	time.Sleep(500 * time.Millisecond) // the renewal's reply has come
+	got := rec.snapshot()
+	assert.Empty(t, got.losses, "a released lock is not lost")
+	require.Len(t, got.releases, 1)
+	assert.Equal(t, redislock.OutcomeReleased, got.releases[0].Outcome)
+}
+
+// A lock kept inside the fn of another kept lock, when the outer one is
+// lost: the inner lock's context ends too (its parent did), but the inner
+// lock is not lost, and is not reported lost; the inner WithLock's error
+// does not say ErrLockLost for it, and its release succeeds.
+func TestHooks_OuterLossIsNotInnerLoss(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	var rec recorder
+	locker := redislock.New(rdb, redislock.WithHooks(rec.hooks()), redislock.WithTTL(time.Second))
+	var innerErr error
+	outerErr := locker.WithLock(ctx, "outer", func(ctx context.Context) error {
+		innerErr = locker.WithLock(ctx, "inner", func(ctx context.Context) error {
+			require.NoError(t, rdb.Del(ctx, "outer").Err())
+			<-ctx.Done()
+			return nil
+		})
+		return nil
+	})
+	assert.ErrorIs(t, outerErr, redislock.ErrLockLost)
+	assert.NotErrorIs(t, innerErr, redislock.ErrLockLost, "the inner lock was not lost")
+	assert.NoError(t, innerErr)
+	got := rec.snapshot()
+	require.Len(t, got.losses, 1)
+	assert.Equal(t, "outer", got.losses[0].Key)
+	for _, e := range got.releases {
+		if e.Key == "inner" {
+			assert.Equal(t, redislock.OutcomeReleased, e.Outcome)
+		}
+	}
+}
+
+// A release that goes on in the background (its ctx had ended) reports the
+// hand-off it makes when it runs, as a Release does.
+func TestHooks_BackgroundReleaseReportsHandOff(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	checker, _ := b.client(t)
+	var rec recorder
+	lk, err := redislock.New(rdb, redislock.WithHooks(rec.hooks())).Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	waiter := obtainAsync(ctx, redislock.New(rdb), "k", time.Minute)
+	waitQueued(t, checker, "k", 1)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	err = lk.Release(done)
+	require.Error(t, err)
+	w := <-waiter
+	require.NoError(t, w.err)
+	require.Eventually(t, func() bool { return len(rec.snapshot().handoffs) == 1 }, time.Second, 5*time.Millisecond)
+	assert.Equal(t, redislock.HandOffEvent{Key: "k", Local: false, To: 1}, rec.snapshot().handoffs[0])
+	require.NoError(t, w.lock.Release(ctx))
+}
+
+// When WithLock's release fails on Redis (here: its first run's reply is
+// lost, as with a reset connection), nobody can call Release
+// again: the release goes on in the background, WithLock's error says so,
+// and the Release event's outcome is background (the acquisition ended),
+// not error.
+func TestHooks_WithLockFailedReleaseGoesOn(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	checker, _ := b.client(t)
+	var failRelease sync.Once
+	rdb.AddHook(hook{after: func(cmd redis.Cmder, err error) {
+		if runs(cmd, redislock.ReleaseScriptHash) && err == nil {
+			failRelease.Do(func() { cmd.SetErr(errors.New("connection reset by peer")) })
+		}
+	}})
+	var rec recorder
+	locker := redislock.New(rdb, redislock.WithHooks(rec.hooks()))
+	err := locker.WithLock(ctx, "k", func(context.Context) error { return nil })
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "background")
+	got := rec.snapshot().releases
+	require.Len(t, got, 1)
+	assert.Equal(t, redislock.OutcomeBackground, got[0].Outcome)
+	assert.Eventually(t, func() bool { return checker.Exists(ctx, "k").Val() == 0 }, 5*time.Second, 10*time.Millisecond,
+		"the release went on and freed the key")
+	require.NoError(t, locker.Shutdown(ctx))
+}
