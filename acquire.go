@@ -9,11 +9,18 @@ import (
 
 // try makes TryObtain's single attempt. It takes no place in line, and
 // never takes the key while others wait for it: the Locker's own waiters are
-// seen here, those of other processes by acquireScript.
-func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, error) {
+// seen here (no command is sent then), those of other processes by
+// acquireScript. It also returns how many acquire commands it sent.
+func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, int, error) {
 	if l.lines.busy(key) {
-		return nil, fmt.Errorf("%w: %s: this Locker holds it or waits for it", ErrNotObtained, quoteKey(key))
+		return nil, 0, fmt.Errorf("%w: %s: this Locker holds it or waits for it", ErrNotObtained, quoteKey(key))
 	}
+	lk, err := l.tryOnce(ctx, key, ttl, o)
+	return lk, 1, err
+}
+
+// tryOnce sends try's attempt.
+func (l *Locker) tryOnce(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, error) {
 	a := attemptArgs{key: key, token: newToken(), locker: l.id, holder: l.opts.holder, ttl: ttl, fenced: o.fencing, mode: o.mode}
 	start := time.Now()
 	l.chores.begin() // ended when the attempt's outcome is settled
@@ -121,7 +128,8 @@ var errLeaseRanOut = errors.New("the lease ran out before the acquire's reply ar
 // and issues the fence. Acquisitions call it when the lease left is less
 // than half of ttl (the reply came late, or the wait for a hand-off was
 // long), or is of another length than asked for. On failure the key is
-// released (which hands it on); errLeaseRanOut when it was no longer held.
+// released (which hands it on) before fit returns, as far as forgetWait and
+// ctx allow; errLeaseRanOut when it was no longer held.
 func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bool) error {
 	for {
 		fence := fenced && lk.fence == 0
@@ -136,7 +144,7 @@ func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bo
 			lk.markLost()
 			return failed("acquire", lk.key, errLeaseRanOut)
 		case err != nil:
-			l.releaseLater(lk)
+			awaitBriefly(ctx, l.releaseLater(lk))
 			return failed("acquire", lk.key, err)
 		}
 		if r.set {
@@ -167,22 +175,26 @@ func (l *Locker) giveUp(ln *line, w *waiter) (last error) {
 	return last
 }
 
-// releaseLater releases lk in the background, bounded by forgetTimeout.
-// A lock handed or passed to an Obtain that gave up is passed on, if it may
-// be, before that.
-func (l *Locker) releaseLater(lk *Lock) {
+// releaseLater releases lk in the background, bounded by releaseBound, and
+// returns a channel closed once that is done. A lock handed or passed to an
+// Obtain that gave up is passed on, if it may be, instead.
+func (l *Locker) releaseLater(lk *Lock) <-chan struct{} {
+	done := make(chan struct{})
 	_ = lk.beginRelease()
 	lk.stopKeeping()
 	if l.lines.pass(lk) {
 		l.handedOff(context.Background(), lk.key, true, 1)
-		return
+		close(done)
+		return done
 	}
 	lk.markReleased()
 	l.chores.run(func() {
+		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), l.releaseBound())
 		defer cancel()
 		lk.release(ctx)
 	})
+	return done
 }
 
 // notObtained is the error of an acquisition that found the key held by
@@ -214,6 +226,12 @@ func (l *Locker) forget(ctx context.Context, key, token string, m mode) {
 		res, err := runRelease(fctx, l.client, releaseArgs{key: key, token: token, locker: l.id, mode: m})
 		l.lines.released(l, key, nil, res, err)
 	})
+	awaitBriefly(ctx, done)
+}
+
+// awaitBriefly waits until done is closed, at most forgetWait, and not past
+// the end of ctx.
+func awaitBriefly(ctx context.Context, done <-chan struct{}) {
 	t := time.NewTimer(forgetWait)
 	defer t.Stop()
 	select {

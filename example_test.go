@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -324,4 +326,103 @@ func ExampleWithPermits() {
 	// Output:
 	// third call waits: true
 	// after a release: true
+}
+
+// Inspect tells who holds a key, for how long, and how many wait: here a
+// lock of a Locker that describes its holders (WithHolder; the default is
+// the host name and process id).
+func ExampleLocker_Inspect() {
+	rdb, done := exampleClient()
+	defer done()
+	ctx := context.Background()
+	worker := redislock.New(rdb, redislock.WithHolder("billing worker 3"))
+	lock, err := worker.Obtain(ctx, "invoice:7", time.Minute, redislock.WithFencing())
+	if err != nil {
+		panic(err)
+	}
+	defer lock.Release(ctx)
+
+	info, err := redislock.New(rdb).Inspect(ctx, "invoice:7")
+	if err != nil {
+		panic(err)
+	}
+	h := info.Holders[0]
+	fmt.Println(info.Mode, "by", h.Description, "fence", info.Fence, "waiting", info.Waiting)
+	fmt.Println("token matches:", h.Token == lock.Token(), "lease left > 59s:", h.TTL > 59*time.Second)
+	// Output:
+	// exclusive by billing worker 3 fence 1 waiting 0
+	// token matches: true lease left > 59s: true
+}
+
+// Hooks report what happens to a Locker's locks; SlogHooks writes them to a
+// log/slog Logger (a lost lock at ERROR, failures at WARN, contention at
+// INFO, everything at DEBUG).
+func ExampleSlogHooks() {
+	rdb, done := exampleClient()
+	defer done()
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		Level:       slog.LevelInfo,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr { return omitTime(a) },
+	}))
+	locker := redislock.New(rdb, redislock.WithHooks(redislock.SlogHooks(logger)))
+	ctx := context.Background()
+
+	lock, _ := locker.Obtain(ctx, "report", time.Minute) // DEBUG: not logged at INFO
+	_, err := locker.TryObtain(ctx, "report", time.Minute)
+	fmt.Println(errors.Is(err, redislock.ErrNotObtained))
+	_ = lock.Release(ctx)
+	// Output:
+	// level=INFO msg="redislock: obtain" key=report outcome=not_obtained attempts=0 fence=0 err="redislock: lock not obtained: \"report\": this Locker holds it or waits for it"
+	// true
+}
+
+// omitTime drops the time and the wait from log records, so that the
+// example's output is the same every time.
+func omitTime(a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey || a.Key == "wait" {
+		return slog.Attr{}
+	}
+	return a
+}
+
+// A quorum Locker holds each lock on a majority of independent masters: it
+// survives the loss of a minority of them.
+func ExampleNewQuorum() {
+	var clients []redis.UniversalClient
+	for range 3 {
+		rdb, done := exampleClient()
+		defer done()
+		clients = append(clients, rdb)
+	}
+	locker := redislock.NewQuorum(clients, redislock.WithFencing())
+	ctx := context.Background()
+
+	lock, err := locker.Obtain(ctx, "payout:9", 10*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("held on a majority, fence", lock.Fence())
+	_, err = locker.TryObtain(ctx, "payout:9", 10*time.Second)
+	fmt.Println("a second holder:", errors.Is(err, redislock.ErrNotObtained))
+	fmt.Println("release:", lock.Release(ctx))
+	// Output:
+	// held on a majority, fence 1
+	// a second holder: true
+	// release: <nil>
+}
+
+// WithReplicas makes the acquisition wait until replicas have the lock
+// write, so that a failover to one of them keeps the lock. Here the Redis
+// has no replica: the acquisition fails clearly, and holds nothing.
+func ExampleWithReplicas() {
+	rdb, done := exampleClient()
+	defer done()
+	locker := redislock.New(rdb, redislock.WithReplicas(1, 100*time.Millisecond))
+
+	_, err := locker.Obtain(context.Background(), "ledger", 10*time.Second)
+	fmt.Println(errors.Is(err, redislock.ErrNotReplicated))
+	fmt.Println("key left:", rdb.Exists(context.Background(), "ledger").Val())
+	// Output:
+	// true
+	// key left: 0
 }

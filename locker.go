@@ -155,8 +155,7 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, o *
 		return lk, 0, err
 	}
 	if o.wait == 0 && l.quorum == nil {
-		lk, err := l.try(ctx, key, ttl, o)
-		return lk, 1, err
+		return l.try(ctx, key, ttl, o)
 	}
 	if o.wait > 0 {
 		var cancel context.CancelFunc
