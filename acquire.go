@@ -221,10 +221,7 @@ func (l *Locker) forget(ctx context.Context, key, token string, m mode) {
 	done := make(chan struct{})
 	l.chores.run(func() {
 		defer close(done)
-		fctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
-		defer cancel()
-		res, err := runRelease(fctx, l.client, releaseArgs{key: key, token: token, locker: l.id, mode: m})
-		l.lines.released(l, key, nil, res, err)
+		l.leave(key, token, m)
 	})
 	awaitBriefly(ctx, done)
 }

@@ -93,7 +93,7 @@ func (lk *Lock) KeepAlive(ctx context.Context) context.Context {
 	lk.renewal = r
 	r.expire = time.AfterFunc(time.Hour, r.lose)
 	lk.moveExpiry()
-	r.due, r.ttl = lk.clock.until.Add(-lk.clock.ttl*2/3), lk.clock.ttl
+	r.schedule(lk.clock.until, lk.clock.ttl)
 	lk.mu.Unlock()
 	if old != nil {
 		old.cancel(context.Canceled)
@@ -193,6 +193,13 @@ type renewal struct {
 	lastErr  error         // the error of the latest renewal, nil after a success
 }
 
+// schedule makes r due a third of ttl after the command that set the lease
+// ending at until was sent: renewals follow the lease's length. k.mu (or,
+// before r is the keeper's, lk.mu) is held.
+func (r *renewal) schedule(until time.Time, ttl time.Duration) {
+	r.due, r.ttl = until.Add(-ttl*2/3), ttl
+}
+
 // A batchKey is what the renewals of one pipeline share: the node that
 // serves their keys, and the replicas that must acknowledge them.
 type batchKey struct {
@@ -252,7 +259,7 @@ func (k *keeper) reschedule(r *renewal) {
 	until, ttl := r.lk.lease()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	r.due, r.ttl = until.Add(-ttl*2/3), ttl
+	r.schedule(until, ttl)
 	k.poke()
 }
 
@@ -381,8 +388,7 @@ func (k *keeper) renew(l *Locker, sends []renewalSend) {
 		r.lastErr = replies[i].err
 		switch {
 		case replies[i].code >= 1:
-			until, ttl := r.lk.lease()
-			r.due, r.ttl = until.Add(-ttl*2/3), ttl
+			r.schedule(r.lk.lease())
 		case r.inflight == 0:
 			r.due, r.node = retry, "" // and ask which node serves it again
 		}
@@ -454,7 +460,15 @@ func (r renewReply) outcome() outcome {
 
 // event is the reply's outcome for Hooks.Renew.
 func (r renewReply) event() Outcome {
-	return map[int64]Outcome{1: OutcomeRenewed, 2: OutcomeSuperseded, 0: OutcomeLost, -1: OutcomeError}[r.code]
+	switch r.code {
+	case 1:
+		return OutcomeRenewed
+	case 2:
+		return OutcomeSuperseded
+	case 0:
+		return OutcomeLost
+	}
+	return OutcomeError
 }
 
 // refreshAll runs refreshScript (holderRefreshScript) for each of calls in

@@ -598,8 +598,9 @@ func (ls *lines) retire(s *subscription, linger time.Duration) bool {
 	return true
 }
 
-// leave takes token, a place of key's line that the line gave up, out of
-// the queue (or releases the key if it was handed to it, which hands it on).
+// leave takes token out of key's line in Redis (a place a line gave up), or
+// releases the key if token holds it (it was handed to that place, or
+// taken by an acquisition that gave up), which hands it on.
 func (l *Locker) leave(key, token string, m mode) {
 	ctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
 	defer cancel()

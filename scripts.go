@@ -96,6 +96,14 @@ local function issueFence()
 	end
 	return n
 end
+
+-- the fence a script was asked for: a new one when flag is "1", else 0
+local function askedFence(flag)
+	if flag ~= "1" then
+		return 0
+	end
+	return issueFence()
+end
 `
 
 // maxFenceLua is the largest fence a script issues, 2^53-1, as Lua reads it.
@@ -347,20 +355,18 @@ if mode ~= "x" and mode ~= "s" then
 		return redis.error_reply("ERR redislock: the semaphore has " .. limit .. " permits, not " .. mode)
 	end
 end
-if redis.call("EXISTS", QUEUE) == 1 then
+local queued = redis.call("EXISTS", QUEUE) == 1
+if queued then
 	handoff(false) -- to the first in line, if it fits: maybe this token
+	queued = redis.call("EXISTS", QUEUE) == 1
 end
-local fence = 0
-if holds(token, mode) or (redis.call("EXISTS", QUEUE) == 0 and fits(mode)) then
-	if fenced == "1" then
-		local err
-		fence, err = issueFence()
-		if not fence then
-			if drop(token, mode) then
-				handoff(false)
-			end
-			return redis.error_reply(err)
+if holds(token, mode) or (not queued and fits(mode)) then
+	local fence, err = askedFence(fenced)
+	if not fence then
+		if drop(token, mode) then
+			handoff(false)
 		end
+		return redis.error_reply(err)
 	end
 	take(token, mode, ttl, ARGV[8])
 	leave(token)
@@ -462,13 +468,10 @@ end
 if ARGV[3] ~= "" then
 	leave(ARGV[3])
 end
-local reply = {released, 0}
-if redis.call("EXISTS", QUEUE) == 1 then
-	local mine, n = handoff(true)
-	reply[2] = n
-	for _, v in ipairs(mine) do
-		reply[#reply + 1] = v
-	end
+local mine, n = handoff(true)
+local reply = {released, n}
+for _, v in ipairs(mine) do
+	reply[#reply + 1] = v
 end
 return reply`)
 
@@ -561,13 +564,9 @@ end
 if not newerGen(KEYS[3], ARGV[1], ARGV[4], ARGV[2]) then
 	return {2, 0}
 end
-local fence = 0
-if ARGV[3] == "1" then
-	local err
-	fence, err = issueFence()
-	if not fence then
-		return redis.error_reply(err)
-	end
+local fence, err = askedFence(ARGV[3])
+if not fence then
+	return redis.error_reply(err)
 end
 redis.call("PEXPIRE", KEYS[1], ARGV[2])
 if redis.call("HEXISTS", KEYS[4], ARGV[1]) == 1 then
@@ -639,13 +638,9 @@ end
 if not newerGen(GENS, token, ARGV[4], ARGV[2]) then
 	return {2, 0}
 end
-local fence = 0
-if ARGV[3] == "1" then
-	local err
-	fence, err = issueFence()
-	if not fence then
-		return redis.error_reply(err)
-	end
+local fence, err = askedFence(ARGV[3])
+if not fence then
+	return redis.error_reply(err)
 end
 take(token, mode, ARGV[2])
 return {1, fence}`)
