@@ -76,7 +76,7 @@ func SetFenced(ctx context.Context, client redis.UniversalClient, key, value str
 		ok   bool
 		seen int64
 	}
-	res, err := bounded(ctx, honoursDeadlines(client), func(ctx context.Context) (result, error) {
+	res, err := bounded(ctx, timingOf(client).direct, func(ctx context.Context) (result, error) {
 		ok, seen, err := runFencedSet(ctx, client, key, value, fence)
 		return result{ok, seen}, err
 	}, nil)

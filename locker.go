@@ -43,7 +43,7 @@ type Locker struct {
 	client redis.UniversalClient
 	opts   options
 	id     string        // names the Locker's wake channel and its places in line
-	direct bool          // the client honours ctx deadlines itself (see bounded)
+	direct bool          // the client honours ctx deadlines itself (see bounded, timing)
 	retry  time.Duration // how long go-redis may take with one command (see retryWindow)
 	read   time.Duration // the client's ReadTimeout; < 0: none
 	keeper keeper        // renews kept leases
@@ -78,13 +78,10 @@ func newLocker(client redis.UniversalClient, o options) *Locker {
 	_, _ = rand.Read(id[:])
 	l := &Locker{client: client, opts: o, id: hex.EncodeToString(id[:]), chores: &chores{}}
 	if isNil(client) {
-		client = nil // go-redis's defaults for the timeouts (see clientTimeouts)
+		client = nil // go-redis's defaults for the timeouts (see timingOf)
 	}
-	l.retry = retryWindow(client)
-	l.read, _, _ = clientTimeouts(client)
-	if client != nil {
-		l.direct = honoursDeadlines(client)
-	}
+	t := timingOf(client)
+	l.direct, l.read, l.retry = t.direct, t.read, t.retryWindow()
 	return l
 }
 

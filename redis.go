@@ -37,7 +37,7 @@ import (
 // outcome: the caller (delivered) or late (abandoned).
 //
 // direct says that the client stops its own reads and writes at ctx's
-// deadline (see honoursDeadlines). Then a ctx with a deadline needs no
+// deadline (see timing). Then a ctx with a deadline needs no
 // goroutine, which saves a goroutine hand-off per call; a ctx that can be
 // cancelled without a deadline still does.
 func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T, error), late func(T, error)) (T, error) {
@@ -109,40 +109,35 @@ func isAbandoned(err error) bool {
 	return errors.As(err, &a)
 }
 
-// honoursDeadlines reports whether client stops its socket reads and writes
-// at a ctx's deadline: a *redis.Client or *redis.ClusterClient created with
-// ContextTimeoutEnabled.
-func honoursDeadlines(client redis.UniversalClient) bool {
-	switch c := client.(type) {
-	case interface{ Options() *redis.Options }:
-		return c.Options().ContextTimeoutEnabled
-	case interface{ Options() *redis.ClusterOptions }:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return false
+// timing is what a client's options say about how long its commands take.
+type timing struct {
+	direct  bool          // ContextTimeoutEnabled: it stops its reads and writes at ctx's deadline
+	read    time.Duration // ReadTimeout; < 0: none
+	backoff time.Duration // MaxRetryBackoff
+	retries int           // MaxRetries
 }
 
-// retryWindow returns how long go-redis may take to give up on a command of
-// client, resending it after timeouts: (ReadTimeout + MaxRetryBackoff) per
-// try, MaxRetries + 1 tries. A release runs at least that long in the
+// timingOf returns client's timing: of a *redis.Client or
+// *redis.ClusterClient (a Sentinel's FailoverClient is a *redis.Client);
+// go-redis's defaults for clients whose options cannot be read, and for a
+// nil client.
+func timingOf(client redis.UniversalClient) timing {
+	switch c := client.(type) {
+	case interface{ Options() *redis.Options }:
+		o := c.Options()
+		return timing{o.ContextTimeoutEnabled, o.ReadTimeout, o.MaxRetryBackoff, o.MaxRetries}
+	case interface{ Options() *redis.ClusterOptions }:
+		o := c.Options()
+		return timing{o.ContextTimeoutEnabled, o.ReadTimeout, o.MaxRetryBackoff, o.MaxRetries}
+	}
+	return timing{read: 5 * time.Second, backoff: time.Second, retries: 3}
+}
+
+// retryWindow returns how long go-redis may take to give up on a command,
+// resending it after timeouts: (ReadTimeout + MaxRetryBackoff) per try,
+// MaxRetries + 1 tries. A release runs at least that long in the
 // background, so that go-redis can resend it, and leaves its mark twice as
-// long. Clients whose options cannot be read count as go-redis's defaults.
-func retryWindow(client redis.UniversalClient) time.Duration {
-	read, backoff, retries := clientTimeouts(client)
-	return (max(read, 0) + max(backoff, 0)) * time.Duration(max(retries, 0)+1)
-}
-
-// clientTimeouts returns client's ReadTimeout (< 0: none), MaxRetryBackoff
-// and MaxRetries; go-redis's defaults for clients whose options cannot be
-// read.
-func clientTimeouts(client redis.UniversalClient) (read, backoff time.Duration, retries int) {
-	switch c := client.(type) {
-	case interface{ Options() *redis.Options }:
-		o := c.Options()
-		return o.ReadTimeout, o.MaxRetryBackoff, o.MaxRetries
-	case interface{ Options() *redis.ClusterOptions }:
-		o := c.Options()
-		return o.ReadTimeout, o.MaxRetryBackoff, o.MaxRetries
-	}
-	return 5 * time.Second, time.Second, 3
+// long.
+func (t timing) retryWindow() time.Duration {
+	return (max(t.read, 0) + max(t.backoff, 0)) * time.Duration(max(t.retries, 0)+1)
 }

@@ -48,8 +48,8 @@ type replicas struct {
 //
 // n = 0 turns replica acknowledgement off (for a single call on a Locker
 // that has it). It requires n >= 0 and, for n > 0, 1ms <= timeout <=
-// ReadTimeout - max(200ms, ReadTimeout/10) of the client (2.7s with
-// go-redis's default of 3s): the reply to a WAIT that timed out comes after
+// ReadTimeout - max(200ms, ReadTimeout/10) of the client (4.5s with
+// go-redis's default ReadTimeout of 5s): the reply to a WAIT that timed out comes after
 // timeout, up to 100ms later (Redis notices at its next tick), and must
 // come before go-redis stops reading. Not for a quorum Locker (NewQuorum),
 // whose nodes are masters.
