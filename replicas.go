@@ -142,6 +142,21 @@ func (l *Locker) writer(ctx context.Context, key string, r replicas) (redis.Cmda
 	return c.MasterForKey(ctx, key)
 }
 
+// acked runs call, a write of key, on the connection of key's writer,
+// followed by a WAIT for r's replicas, and returns its reply and how many
+// replicas acknowledged it.
+func (l *Locker) acked(ctx context.Context, key string, call scriptCall, r replicas) (*redis.Cmd, int64, error) {
+	c, err := l.writer(ctx, key, r)
+	if err != nil {
+		return nil, 0, err
+	}
+	cmds, acked, err := runPipeline(ctx, c, []scriptCall{call}, r)
+	if err != nil {
+		return nil, 0, err
+	}
+	return cmds[0], acked, nil
+}
+
 // attemptAcked runs the acquire attempt a; when it takes the key, r's
 // replicas must acknowledge it (else the error wraps ErrNotReplicated, and
 // the caller must give the key back).
@@ -149,15 +164,11 @@ func (l *Locker) attemptAcked(ctx context.Context, a attemptArgs, r replicas) (a
 	if r.n == 0 {
 		return runAttempt(ctx, l.client, a)
 	}
-	c, err := l.writer(ctx, a.key, r)
+	cmd, acked, err := l.acked(ctx, a.key, a.call(), r)
 	if err != nil {
 		return attemptResult{}, err
 	}
-	cmds, acked, err := runPipeline(ctx, c, []scriptCall{a.call()}, r)
-	if err != nil {
-		return attemptResult{}, err
-	}
-	res, err := parseAttempt(a, cmds[0])
+	res, err := parseAttempt(a, cmd)
 	if err == nil && res.ours && int(acked) < r.n {
 		return res, notReplicated(a.key, r, acked, "the lock was released")
 	}
@@ -175,15 +186,11 @@ func (l *Locker) refresh(ctx context.Context, a refreshArgs, r replicas) (refres
 	if r.n == 0 {
 		return runRefresh(ctx, l.client, a)
 	}
-	c, err := l.writer(ctx, a.key, r)
+	cmd, acked, err := l.acked(ctx, a.key, a.call(), r)
 	if err != nil {
 		return refreshResult{}, err
 	}
-	cmds, acked, err := runPipeline(ctx, c, []scriptCall{a.call()}, r)
-	if err != nil {
-		return refreshResult{}, err
-	}
-	res, err := parseRefresh(cmds[0])
+	res, err := parseRefresh(cmd)
 	if err == nil && res.set && int(acked) < r.n {
 		return res, notReplicated(a.key, r, acked, "the lease was not extended")
 	}
