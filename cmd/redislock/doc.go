@@ -70,6 +70,15 @@
 // when it exits are not waited for: the lock is released when COMMAND exits
 // (after a lost lock, they get the rest of -grace, then SIGKILL).
 //
+// # Status
+//
+// status prints one value a line. A key, holder description or token that
+// is not plain printable text (a newline, a control or escape character,
+// invalid UTF-8, a space at either end, a leading '"' or '(') is printed
+// quoted, in Go syntax: descriptions come from Redis, where anyone may
+// write them, and must not forge lines. -json escapes them as JSON does
+// (invalid UTF-8 becomes U+FFFD).
+//
 // # Exit statuses
 //
 // A status that redislock reports for itself (1, 69, 75, 126, 127) may also

@@ -170,9 +170,9 @@ func (r *runner) heldBy() string {
 		return fmt.Sprintf("others wait for it (%d in line)", info.Waiting)
 	}
 	h := info.Holders[0]
-	d := h.Description
-	if d == "" {
-		d = "a holder without a description"
+	d := "a holder without a description"
+	if h.Description != "" {
+		d = plain(h.Description)
 	}
 	return fmt.Sprintf("held by %s (lease %v left)", d, h.TTL.Round(time.Millisecond))
 }
