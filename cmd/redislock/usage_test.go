@@ -60,6 +60,18 @@ func TestUsage_BadInputExits2AndWritesNothing(t *testing.T) {
 		{[]string{"run", "-redis", url + "?bogus=1", "k", "--", "true"}, "bogus"},
 		{[]string{"run", "-redis", "redis+sentinel://" + redisAddr, "k", "--", "true"}, "master_name"},
 		{[]string{"run", "-redis", redisAddr, "k", "--", "true"}, "-redis"},
+		// Ports out of 1..65535, of the host or of an addr parameter, in
+		// every kind of URL.
+		{[]string{"run", "-redis", "redis://127.0.0.1:0", "k", "--", "true"}, `port "0"`},
+		{[]string{"run", "-redis", "redis://127.0.0.1:65536/15", "k", "--", "true"}, `port "65536"`},
+		{[]string{"run", "-redis", "redis://127.0.0.1:x", "k", "--", "true"}, "invalid port"},
+		{[]string{"run", "-redis", "redis+sentinel://127.0.0.1:99999?master_name=m", "k", "--", "true"}, `port "99999"`},
+		{[]string{"run", "-redis", "redis+sentinel://" + redisAddr + "?master_name=m&addr=127.0.0.1:0", "k", "--", "true"}, `port "0"`},
+		{[]string{"run", "-redis", "redis+cluster://127.0.0.1:65536", "k", "--", "true"}, `port "65536"`},
+		{[]string{"run", "-redis", "redis+cluster://" + redisAddr + "?addr=127.0.0.1:-1", "k", "--", "true"}, `port "-1"`},
+		{[]string{"run", "-redis", url + "?addr=127.0.0.1:http", "k", "--", "true"}, `port "http"`},
+		{[]string{"status", "-redis", "redis://127.0.0.1:99999", "k"}, `port "99999"`},
+		{[]string{"status", "-redis", "redis+cluster://" + redisAddr + "?addr=127.0.0.1:0", "k"}, `port "0"`},
 		{[]string{"status"}, "one KEY expected, got 0"},
 		{[]string{"status", "-redis", url, "a", "b"}, "one KEY expected, got 2"},
 		{[]string{"status", "-redis", url, ""}, "empty KEY"},
