@@ -50,6 +50,14 @@
 //	  127    run: COMMAND was not found
 //	  128+N  run: signal N interrupted the wait for the lock
 //
+// # Command line
+//
+// Flags may come before or after KEY; "--" ends them, and what follows is
+// COMMAND. KEY and each flag are given once: a flag given twice is a usage
+// error (status 2), not "the last one wins". Everything on the command
+// line, the Redis URL included (its ports in 1..65535), is checked before
+// Redis is contacted: a usage error sends nothing to Redis.
+//
 // # Signals and process groups
 //
 // Outside an interactive terminal (cron, systemd, a script, a container),

@@ -72,6 +72,17 @@ func TestUsage_BadInputExits2AndWritesNothing(t *testing.T) {
 		{[]string{"run", "-redis", url + "?addr=127.0.0.1:http", "k", "--", "true"}, `port "http"`},
 		{[]string{"status", "-redis", "redis://127.0.0.1:99999", "k"}, `port "99999"`},
 		{[]string{"status", "-redis", "redis+cluster://" + redisAddr + "?addr=127.0.0.1:0", "k"}, `port "0"`},
+		// KEY is given once, and so is every flag (no "last one wins"):
+		// there is no -key flag, and a second KEY is an error.
+		{[]string{"run", "-redis", url, "-key", "k", "--", "true"}, "flag provided but not defined: -key"},
+		{[]string{"run", "-redis", url, "k", "k2", "--", "true"}, "one KEY expected"},
+		{[]string{"run", "-redis", url, "-ttl", "1s", "k", "-ttl", "2s", "--", "true"}, "-ttl given twice"},
+		{[]string{"run", "-redis", url, "-n", "-n", "k", "--", "true"}, "-n given twice"},
+		{[]string{"run", "-redis", url, "-E", "3", "-E=3", "k", "--", "true"}, "-E given twice"},
+		{[]string{"run", "-redis", url, "-redis", url, "k", "--", "true"}, "-redis given twice"},
+		{[]string{"run", "-redis", url, "-fence-env", "", "--fence-env", "", "k", "--", "true"}, "-fence-env given twice"},
+		{[]string{"status", "-redis", url, "-json", "k", "-json"}, "-json given twice"},
+		{[]string{"status", "-redis", url, "-redis", url, "k"}, "-redis given twice"},
 		{[]string{"status"}, "one KEY expected, got 0"},
 		{[]string{"status", "-redis", url, "a", "b"}, "one KEY expected, got 2"},
 		{[]string{"status", "-redis", url, ""}, "empty KEY"},
