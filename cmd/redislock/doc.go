@@ -89,6 +89,13 @@
 //
 // # Exit statuses
 //
+// Status 1 (or -E's) also comes at once, whatever -wait, when KEY holds a
+// semaphore of this library (WithPermits) or data of another kind than a
+// lock (Redis's WRONGTYPE): the key is in use, and run does not wait for
+// it; the message on standard error says what holds it. The readers of a
+// read-write lock (WithShared) hold KEY as any holder does: run waits for
+// them.
+//
 // A status that redislock reports for itself (1, 69, 75, 126, 127) may also
 // be COMMAND's own; the message redislock prints on standard error tells
 // them apart. Status 75 (EX_TEMPFAIL) means the work may have overlapped

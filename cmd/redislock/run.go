@@ -132,6 +132,13 @@ func (r *runner) obtain() (*redislock.Lock, int) {
 	case errors.Is(err, redislock.ErrNotObtained):
 		fmt.Fprintf(r.stderr, "redislock: lock on %q not obtained: %s\n", c.key, r.heldBy())
 		return nil, c.conflict
+	case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		// The key holds a semaphore (a sorted set, WithPermits) or data of
+		// another kind: it is in use, by something that is not an
+		// exclusive lock. Obtain cannot wait for it to end (the library
+		// fails at once), so neither does run: the key is held, now.
+		fmt.Fprintf(r.stderr, "redislock: lock on %q not obtained: %s\n", c.key, r.otherKind(err))
+		return nil, c.conflict
 	case err != nil:
 		fmt.Fprint(r.stderr, errorLine(err))
 		return nil, exitRedis
@@ -160,21 +167,57 @@ func (r *runner) tryObtain(ctx context.Context) (*redislock.Lock, error) {
 
 // heldBy describes who holds the key, as far as a quick look tells.
 func (r *runner) heldBy() string {
-	ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
-	defer cancel()
-	info, err := r.locker.Inspect(ctx, r.cfg.key)
+	info, err := r.inspect()
 	switch {
 	case err != nil:
 		return "it is held"
 	case len(info.Holders) == 0:
 		return fmt.Sprintf("others wait for it (%d in line)", info.Waiting)
 	}
+	return holders(info)
+}
+
+// otherKind describes what holds the key when Obtain got WRONGTYPE (err):
+// a semaphore, or data of another kind than a lock.
+func (r *runner) otherKind(err error) string {
+	info, ierr := r.inspect()
+	if ierr != nil || info.Mode != redislock.ModeSemaphore {
+		return "the key (or a key redislock keeps beside it) holds another kind of data than an exclusive lock: " +
+			strings.TrimPrefix(err.Error(), "redislock: ")
+	}
+	s := "the key holds a semaphore, not an exclusive lock"
+	if info.Permits > 0 {
+		s = fmt.Sprintf("the key holds a semaphore of %d permits, not an exclusive lock", info.Permits)
+	}
+	if len(info.Holders) > 0 {
+		s += ", " + holders(info)
+	}
+	return s + "; run does not wait for a semaphore"
+}
+
+// inspect is a quick look at the key, bounded by inspectTimeout.
+func (r *runner) inspect() (redislock.Info, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
+	defer cancel()
+	return r.locker.Inspect(ctx, r.cfg.key)
+}
+
+// holders describes info's holders: "held by D (lease L left)", the first
+// of them, and how many more.
+func holders(info redislock.Info) string {
 	h := info.Holders[0]
 	d := "a holder without a description"
 	if h.Description != "" {
 		d = plain(h.Description)
 	}
-	return fmt.Sprintf("held by %s (lease %v left)", d, h.TTL.Round(time.Millisecond))
+	s := fmt.Sprintf("held by %s (lease %v left)", d, h.TTL.Round(time.Millisecond))
+	if n := len(info.Holders) - 1; n > 0 {
+		s += fmt.Sprintf(" and %d more", n)
+	}
+	if info.Mode == redislock.ModeShared {
+		s += ", readers of a read-write lock"
+	}
+	return s
 }
 
 // supervise keeps the lock while COMMAND (found at path) runs, and returns

@@ -373,3 +373,57 @@ func TestRun_RedisDownExits69(t *testing.T) {
 	assert.Contains(t, stderr, "127.0.0.1:1")
 	assert.Empty(t, lines(t, marks))
 }
+
+// A key held as a semaphore (WithPermits) or by the readers of a
+// read-write lock (WithShared) is held: run exits with the conflict status
+// (1, or -E's) and says on stderr what holds the key, whether it would
+// wait (-wait, or by default) or not (-n); COMMAND never runs. On a
+// semaphore the library's exclusive Obtain gets Redis's WRONGTYPE, which
+// is not a Redis failure (69): the key holds another kind of lock, and
+// redislock cannot wait in a semaphore's line, so it gives up at once.
+// status shows such keys: their mode, holders and permits.
+func TestRun_KeyOfAnotherKindIsAConflict(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	marks := marksFile(t)
+	cmd := script(marks, `echo ran >> "$1"`)
+	semaphore, shared := testKey(t)+":semaphore", testKey(t)+":shared"
+	locker := redislock.New(c, redislock.WithHolder("test holder"))
+	for key, opt := range map[string]redislock.Option{semaphore: redislock.WithPermits(3), shared: redislock.WithShared()} {
+		lk, err := locker.Obtain(context.Background(), key, 30*time.Second, opt)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = lk.Release(context.Background()) })
+	}
+	for _, tc := range []struct {
+		key   string
+		flags []string
+		want  int
+		says  string
+	}{
+		{semaphore, []string{"-n"}, 1, "semaphore of 3 permits"},
+		{semaphore, []string{"-n", "-E", "42"}, 42, "semaphore of 3 permits"},
+		{semaphore, []string{"-wait", "5s"}, 1, "semaphore of 3 permits"},
+		{semaphore, nil, 1, "semaphore of 3 permits"},
+		{shared, []string{"-n"}, 1, "held by test holder"},
+		{shared, []string{"-wait", "200ms", "-E", "42"}, 42, "held by test holder"},
+	} {
+		p := start(t, runArgs(tc.key, tc.flags, cmd)...)
+		code := p.wait(10 * time.Second)
+		assert.Equal(t, tc.want, code, "%s %q: %s", tc.key, tc.flags, p.errors())
+		assert.Less(t, p.ended.Sub(p.started), 3*time.Second, "%s %q", tc.key, tc.flags)
+		assert.Contains(t, p.errors(), tc.says, "%s %q", tc.key, tc.flags)
+		assert.NotContains(t, p.errors(), "WRONGTYPE", "%s %q", tc.key, tc.flags)
+	}
+	assert.Empty(t, lines(t, marks), "COMMAND ran")
+
+	for key, want := range map[string][]string{
+		semaphore: {"mode:     semaphore\n", "permits:  3\n", "holder:   test holder\n"},
+		shared:    {"mode:     shared\n", "holder:   test holder\n"},
+	} {
+		code, out, stderr := runCLI(t, "status", key)
+		require.Equal(t, 0, code, stderr)
+		for _, w := range want {
+			assert.Contains(t, out, w, key)
+		}
+	}
+}
