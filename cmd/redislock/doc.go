@@ -100,7 +100,10 @@
 // be COMMAND's own; the message redislock prints on standard error tells
 // them apart. Status 75 (EX_TEMPFAIL) means the work may have overlapped
 // with the next holder's: it is also reported when COMMAND exited on its own
-// but the release found that KEY was no longer this lock's. A failed release
-// after COMMAND exited (Redis down) is reported on standard error and leaves
-// COMMAND's status; the lease then ends by itself within -ttl.
+// but the release found that KEY was no longer this lock's. Everything
+// redislock does with Redis after COMMAND exited (the release and the
+// clean-up behind it) takes at most 5 s in all. A release that fails or
+// does not complete in that time (Redis down, or not answering) is
+// reported on standard error and leaves COMMAND's status; the lease then
+// ends by itself within -ttl.
 package main

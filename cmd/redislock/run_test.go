@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed5e0b76d9/redislock"
+	"github.com/seed5e0b76d9/redislock/internal/redistest"
 )
 
 // script runs a sh script as COMMAND; $1 in it is the file marks.
@@ -426,4 +427,32 @@ func TestRun_KeyOfAnotherKindIsAConflict(t *testing.T) {
 			assert.Contains(t, out, w, key)
 		}
 	}
+}
+
+// When Redis stops answering (frozen with SIGSTOP) just as COMMAND exits,
+// everything redislock then does with Redis (the release, the Locker's
+// clean-up, Shutdown) is bounded by one 5 s bound in total, not one bound
+// per call: redislock exits with COMMAND's status (3) about 5 s after
+// COMMAND exited, and says on stderr that the release did not complete and
+// that the lease ends by itself within -ttl.
+func TestRun_FrozenRedisAtExitBoundsCleanUpTo5s(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	marks := marksFile(t)
+	p := startEnv(t, []string{"REDIS_URL=redis://" + srv.Addr()}, runArgs(testKey(t), []string{"-ttl", "30s"},
+		script(marks, `echo "started $$" >> "$1"; while [ ! -e "$1.exit" ]; do sleep 0.01; done; exit 3`))...)
+	waitLine(t, marks, "started", 5*time.Second)
+	killGroupAtEnd(t, pidOf(t, marks, "started "))
+
+	srv.Freeze(t)
+	require.NoError(t, os.WriteFile(marks+".exit", nil, 0o644))
+	exited := time.Now()
+	code := p.wait(15 * time.Second)
+	assert.Equal(t, 3, code, p.errors())
+	took := p.ended.Sub(exited)
+	assert.Less(t, took, endTimeout+1500*time.Millisecond, "redislock exited %v after COMMAND", took)
+	assert.Greater(t, took, endTimeout-time.Second, "redislock exited %v after COMMAND", took)
+	assert.Contains(t, p.errors(), "release of the lock")
+	assert.Contains(t, p.errors(), "did not complete")
+	assert.Contains(t, p.errors(), "the lease ends by itself within 30s")
 }
