@@ -71,8 +71,11 @@
 // SIGTERM if redislock dies (SIGKILL, the OOM killer): its lease then lasts
 // at most -ttl longer.
 //
-// Signals that redislock was started with ignored (nohup, a background job
-// of a script) stay ignored, by redislock and COMMAND. While COMMAND runs,
+// SIGHUP and SIGINT that redislock was started with ignored (nohup, a
+// background job of a script) stay ignored, by redislock and COMMAND.
+// SIGQUIT and SIGTERM do not: Go's runtime takes them over whatever
+// redislock inherited, so it cannot tell that they were ignored; it passes
+// them on, and COMMAND starts with their default action. While COMMAND runs,
 // redislock does not exit on a signal: it passes it on and waits for
 // COMMAND, then releases the lock. Processes that COMMAND leaves running
 // when it exits are not waited for: the lock is released when COMMAND exits

@@ -456,3 +456,59 @@ func TestRun_FrozenRedisAtExitBoundsCleanUpTo5s(t *testing.T) {
 	assert.Contains(t, p.errors(), "did not complete")
 	assert.Contains(t, p.errors(), "the lease ends by itself within 30s")
 }
+
+// When the key stopped being this lock's while COMMAND ran and redislock
+// did not notice (the key was deleted, and no renewal was due yet), and
+// COMMAND then exits on its own with 0, the release finds the key no
+// longer this lock's: redislock exits with 75 and says so on stderr.
+func TestRun_KeyGoneAtReleaseExits75(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	key := testKey(t)
+	marks := marksFile(t)
+	p := start(t, runArgs(key, []string{"-ttl", "30s"},
+		script(marks, `echo "started $$" >> "$1"; while [ ! -e "$1.exit" ]; do sleep 0.01; done`))...)
+	waitLine(t, marks, "started", 5*time.Second)
+	killGroupAtEnd(t, pidOf(t, marks, "started "))
+	require.NoError(t, c.Del(context.Background(), key).Err())
+	require.NoError(t, os.WriteFile(marks+".exit", nil, 0o644))
+	assert.Equal(t, exitLost, p.wait(5*time.Second), p.errors())
+	assert.Contains(t, p.errors(), "was lost before the command exited (status 0)")
+}
+
+// SIGHUP and SIGINT that redislock was started with ignored (nohup, a
+// background job of a script: "cmd &") stay ignored, by redislock, which
+// neither exits on them nor passes them on, and by COMMAND, which starts
+// with them ignored. (Go's runtime takes SIGQUIT and SIGTERM over whatever
+// their inherited disposition, so redislock cannot tell that they were
+// ignored; the README says so.)
+func TestRun_IgnoredSignalsStayIgnored(t *testing.T) {
+	if !isLinux {
+		t.Skip("reads /proc/self/status")
+	}
+	t.Parallel()
+	c := client(t)
+	key := testKey(t)
+	marks := marksFile(t)
+	p := startVia(t, []string{"REDIS_URL=" + testRedisURL(0)}, []string{"sh", "-c", `trap '' HUP INT; exec "$0" "$@"`},
+		runArgs(key, nil, script(marks, `grep SigIgn /proc/self/status >> "$1"; echo "started $$" >> "$1"; while [ ! -e "$1.exit" ]; do sleep 0.01; done; exit 4`))...)
+	waitLine(t, marks, "started", 5*time.Second)
+	killGroupAtEnd(t, pidOf(t, marks, "started "))
+	var ignored uint64
+	for _, l := range lines(t, marks) {
+		if s, ok := strings.CutPrefix(l, "SigIgn:"); ok {
+			var err error
+			ignored, err = strconv.ParseUint(strings.TrimSpace(s), 16, 64)
+			require.NoError(t, err, l)
+		}
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT} {
+		assert.NotZero(t, ignored&(1<<(sig-1)), "COMMAND does not ignore %v: SigIgn %x", sig, ignored)
+		require.NoError(t, p.cmd.Process.Signal(sig))
+	}
+	time.Sleep(100 * time.Millisecond)
+	assert.True(t, p.running(), "redislock exited on an ignored signal: %s", p.errors())
+	require.NoError(t, os.WriteFile(marks+".exit", nil, 0o644))
+	assert.Equal(t, 4, p.wait(5*time.Second), p.errors())
+	assert.False(t, exists(t, c, key))
+}
