@@ -47,6 +47,10 @@ func status(cfg statusConfig, stdout, stderr io.Writer) int {
 		return usageError(stderr, err)
 	}
 	defer rdb.Close()
+	// A reader that is gone (a broken pipe) is an output that could not be
+	// written: exit 74, not a death by SIGPIPE. status starts no process
+	// that would inherit the ignored signal.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)

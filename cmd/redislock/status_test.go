@@ -5,6 +5,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -162,5 +164,36 @@ func TestPlain(t *testing.T) {
 	}
 	for _, s := range []string{"", "a\nb", "a\rb", "\x1b[2J", "a\u202eb", "a\u00a0b", "\xff", " a", "a ", `"a"`, "(no description)", "a\tb"} {
 		assert.Equal(t, strconv.Quote(s), plain(s))
+	}
+}
+
+// status exits 74 when its output cannot be written: to a full device, or
+// to a pipe whose reader is gone (a broken pipe is reported, not a death by
+// SIGPIPE).
+func TestStatus_UnwritableOutputExits74(t *testing.T) {
+	t.Parallel()
+	needRedis(t)
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	r.Close()
+	defer w.Close()
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		full = nil // not every system has one
+	}
+	for name, out := range map[string]*os.File{"broken pipe": w, "/dev/full": full} {
+		if out == nil {
+			continue
+		}
+		var stderr strings.Builder
+		cmd := exec.Command(binary, "status", "-redis", testRedisURL(0), testKey(t))
+		cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+		cmd.Stdout, cmd.Stderr = out, &stderr
+		_ = cmd.Run()
+		assert.Equal(t, exitCannotSay, exitStatus(cmd.ProcessState), "%s: %s", name, stderr.String())
+		assert.Contains(t, stderr.String(), "redislock: ", name)
+	}
+	if full != nil {
+		full.Close()
 	}
 }
