@@ -144,13 +144,21 @@ func newFlagSet(name string) *flag.FlagSet {
 }
 
 // parseInterspersed parses args with fs, letting flags and positional
-// arguments come in any order, and returns the positional ones.
+// arguments come in any order, and returns the positional ones. Each flag
+// may be given once: a second one is an error, not the one that wins (a
+// command line put together from pieces, "-wait 1m" in one and "-wait 10m"
+// in another, would otherwise do what one piece says, silently).
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var twice string // the first flag given twice
+	fs.VisitAll(func(f *flag.Flag) { f.Value = &onceValue{Value: f.Value, name: f.Name, twice: &twice} })
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
+			switch {
+			case errors.Is(err, flag.ErrHelp):
 				return nil, errHelp
+			case twice != "":
+				return nil, errorf("%s: -%s given twice", fs.Name(), twice)
 			}
 			return nil, errorf("%s: %v", fs.Name(), err)
 		}
@@ -160,6 +168,35 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
+}
+
+// A onceValue is a flag's value that may be set once: a second Set fails,
+// and names the flag in *twice.
+type onceValue struct {
+	flag.Value
+	name  string
+	set   bool
+	twice *string
+}
+
+var errTwice = errors.New("given twice")
+
+func (v *onceValue) Set(s string) error {
+	if v.set {
+		if *v.twice == "" {
+			*v.twice = v.name
+		}
+		return errTwice
+	}
+	v.set = true
+	return v.Value.Set(s)
+}
+
+// IsBoolFlag tells the flag package that a bool flag (-n, -json) takes no
+// value.
+func (v *onceValue) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // cut splits args around the first sep; found reports whether there was one.

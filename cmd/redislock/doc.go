@@ -50,6 +50,14 @@
 //	  127    run: COMMAND was not found
 //	  128+N  run: signal N interrupted the wait for the lock
 //
+// # Command line
+//
+// Flags may come before or after KEY; "--" ends them, and what follows is
+// COMMAND. KEY and each flag are given once: a flag given twice is a usage
+// error (status 2), not "the last one wins". Everything on the command
+// line, the Redis URL included (its ports in 1..65535), is checked before
+// Redis is contacted: a usage error sends nothing to Redis.
+//
 // # Signals and process groups
 //
 // Outside an interactive terminal (cron, systemd, a script, a container),
@@ -63,20 +71,42 @@
 // SIGTERM if redislock dies (SIGKILL, the OOM killer): its lease then lasts
 // at most -ttl longer.
 //
-// Signals that redislock was started with ignored (nohup, a background job
-// of a script) stay ignored, by redislock and COMMAND. While COMMAND runs,
+// SIGHUP and SIGINT that redislock was started with ignored (nohup, a
+// background job of a script) stay ignored, by redislock and COMMAND.
+// SIGQUIT and SIGTERM do not: Go's runtime takes them over whatever
+// redislock inherited, so it cannot tell that they were ignored; it passes
+// them on, and COMMAND starts with their default action. While COMMAND runs,
 // redislock does not exit on a signal: it passes it on and waits for
 // COMMAND, then releases the lock. Processes that COMMAND leaves running
 // when it exits are not waited for: the lock is released when COMMAND exits
 // (after a lost lock, they get the rest of -grace, then SIGKILL).
 //
+// # Status
+//
+// status prints one value a line. A key, holder description or token that
+// is not plain printable text (a newline, a control or escape character,
+// invalid UTF-8, a space at either end, a leading '"' or '(') is printed
+// quoted, in Go syntax: descriptions come from Redis, where anyone may
+// write them, and must not forge lines. -json escapes them as JSON does
+// (invalid UTF-8 becomes U+FFFD).
+//
 // # Exit statuses
+//
+// Status 1 (or -E's) also comes at once, whatever -wait, when KEY holds a
+// semaphore of this library (WithPermits) or data of another kind than a
+// lock (Redis's WRONGTYPE): the key is in use, and run does not wait for
+// it; the message on standard error says what holds it. The readers of a
+// read-write lock (WithShared) hold KEY as any holder does: run waits for
+// them.
 //
 // A status that redislock reports for itself (1, 69, 75, 126, 127) may also
 // be COMMAND's own; the message redislock prints on standard error tells
 // them apart. Status 75 (EX_TEMPFAIL) means the work may have overlapped
 // with the next holder's: it is also reported when COMMAND exited on its own
-// but the release found that KEY was no longer this lock's. A failed release
-// after COMMAND exited (Redis down) is reported on standard error and leaves
-// COMMAND's status; the lease then ends by itself within -ttl.
+// but the release found that KEY was no longer this lock's. Everything
+// redislock does with Redis after COMMAND exited (the release and the
+// clean-up behind it) takes at most 5 s in all. A release that fails or
+// does not complete in that time (Redis down, or not answering) is
+// reported on standard error and leaves COMMAND's status; the lease then
+// ends by itself within -ttl.
 package main

@@ -183,6 +183,14 @@ func start(t *testing.T, args ...string) *proc {
 
 func startEnv(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startVia(t, env, nil, args...)
+}
+
+// startVia starts redislock as startEnv does, through the command via
+// (nil: none): "sh -c 'trap ...; exec \"$0\" \"$@\"'", to start it with
+// signals ignored.
+func startVia(t *testing.T, env, via []string, args ...string) *proc {
+	t.Helper()
 	dir := t.TempDir()
 	p := &proc{t: t, exited: make(chan struct{}), stdout: filepath.Join(dir, "stdout"), stderr: filepath.Join(dir, "stderr")}
 	out, err := os.Create(p.stdout)
@@ -195,7 +203,8 @@ func startEnv(t *testing.T, env []string, args ...string) *proc {
 		t.Fatal(err)
 	}
 	defer errf.Close()
-	p.cmd = exec.Command(binary, args...)
+	argv := append(append(via[:len(via):len(via)], binary), args...)
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	// The race detector sleeps a second before a process exits by default.
 	p.cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0 "+os.Getenv("GORACE"))
 	p.cmd.Env = append(p.cmd.Env, env...)

@@ -26,7 +26,7 @@ import (
 const (
 	pingTimeout    = 5 * time.Second        // the first contact with Redis
 	inspectTimeout = time.Second            // who holds the key, for the conflict message
-	releaseTimeout = 5 * time.Second        // the release after COMMAND exited
+	endTimeout     = 5 * time.Second        // all run does with Redis at its end (see runner.ending)
 	leftoverPoll   = 50 * time.Millisecond  // how often stopGroup looks for processes left
 	lostHookWait   = 100 * time.Millisecond // how long whyLost waits for the Lost hook
 )
@@ -44,6 +44,11 @@ type runner struct {
 	sigs   chan os.Signal // the forwarded signals redislock receives
 	term   *terminal      // the controlling terminal whose foreground job redislock is, or nil
 	lostBy chan string    // why the lock was lost, from the Lost hook
+
+	// end bounds what run does with Redis once it is ending (see ending);
+	// nil until then.
+	end       context.Context
+	endCancel context.CancelFunc
 }
 
 // run runs the run subcommand and returns the exit status.
@@ -88,13 +93,29 @@ func run(cfg runConfig, stderr io.Writer) int {
 	return r.supervise(lk, path)
 }
 
-// shutdown waits, bounded, for the clean-up the Locker does in the
-// background (a place in line given up when the wait ended, a release
-// still under way), so that nothing of this run is left in Redis when it
-// exits: a place left there could be handed the key after the exit.
+// ending returns the context of everything run does with Redis once it is
+// ending: once COMMAND exited (the release, the Locker's clean-up), or the
+// wait for the lock ended without running it (who holds the key, a lock to
+// give back, a place in line to give up). Its one deadline, endTimeout
+// from the first call, bounds all of it together: calls one after another,
+// each with a bound of its own, would add up while Redis does not answer,
+// and keep COMMAND's status from its caller that much longer. A lock left
+// then ends by itself within -ttl.
+func (r *runner) ending() context.Context {
+	if r.end == nil {
+		r.end, r.endCancel = context.WithTimeout(context.Background(), endTimeout)
+	}
+	return r.end
+}
+
+// shutdown waits, within ending's bound, for the clean-up the Locker does
+// in the background (a place in line given up when the wait ended, a
+// release still under way), so that nothing of this run is left in Redis
+// when it exits: a place left there could be handed the key after the
+// exit.
 func (r *runner) shutdown() {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-	defer cancel()
+	ctx := r.ending()
+	defer r.endCancel()
 	_ = r.locker.Shutdown(ctx)
 }
 
@@ -132,6 +153,13 @@ func (r *runner) obtain() (*redislock.Lock, int) {
 	case errors.Is(err, redislock.ErrNotObtained):
 		fmt.Fprintf(r.stderr, "redislock: lock on %q not obtained: %s\n", c.key, r.heldBy())
 		return nil, c.conflict
+	case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		// The key holds a semaphore (a sorted set, WithPermits) or data of
+		// another kind: it is in use, by something that is not an
+		// exclusive lock. Obtain cannot wait for it to end (the library
+		// fails at once), so neither does run: the key is held, now.
+		fmt.Fprintf(r.stderr, "redislock: lock on %q not obtained: %s\n", c.key, r.otherKind(err))
+		return nil, c.conflict
 	case err != nil:
 		fmt.Fprint(r.stderr, errorLine(err))
 		return nil, exitRedis
@@ -160,21 +188,58 @@ func (r *runner) tryObtain(ctx context.Context) (*redislock.Lock, error) {
 
 // heldBy describes who holds the key, as far as a quick look tells.
 func (r *runner) heldBy() string {
-	ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
-	defer cancel()
-	info, err := r.locker.Inspect(ctx, r.cfg.key)
+	info, err := r.inspect()
 	switch {
 	case err != nil:
 		return "it is held"
 	case len(info.Holders) == 0:
 		return fmt.Sprintf("others wait for it (%d in line)", info.Waiting)
 	}
-	h := info.Holders[0]
-	d := h.Description
-	if d == "" {
-		d = "a holder without a description"
+	return holders(info)
+}
+
+// otherKind describes what holds the key when Obtain got WRONGTYPE (err):
+// a semaphore, or data of another kind than a lock.
+func (r *runner) otherKind(err error) string {
+	info, ierr := r.inspect()
+	if ierr != nil || info.Mode != redislock.ModeSemaphore {
+		return "the key (or a key redislock keeps beside it) holds another kind of data than an exclusive lock: " +
+			strings.TrimPrefix(err.Error(), "redislock: ")
 	}
-	return fmt.Sprintf("held by %s (lease %v left)", d, h.TTL.Round(time.Millisecond))
+	s := "the key holds a semaphore, not an exclusive lock"
+	if info.Permits > 0 {
+		s = fmt.Sprintf("the key holds a semaphore of %d permits, not an exclusive lock", info.Permits)
+	}
+	if len(info.Holders) > 0 {
+		s += ", " + holders(info)
+	}
+	return s + "; run does not wait for a semaphore"
+}
+
+// inspect is a quick look at the key, bounded by inspectTimeout, once the
+// wait for the lock ended (within ending's bound).
+func (r *runner) inspect() (redislock.Info, error) {
+	ctx, cancel := context.WithTimeout(r.ending(), inspectTimeout)
+	defer cancel()
+	return r.locker.Inspect(ctx, r.cfg.key)
+}
+
+// holders describes info's holders: "held by D (lease L left)", the first
+// of them, and how many more.
+func holders(info redislock.Info) string {
+	h := info.Holders[0]
+	d := "a holder without a description"
+	if h.Description != "" {
+		d = plain(h.Description)
+	}
+	s := fmt.Sprintf("held by %s (lease %v left)", d, h.TTL.Round(time.Millisecond))
+	if n := len(info.Holders) - 1; n > 0 {
+		s += fmt.Sprintf(" and %d more", n)
+	}
+	if info.Mode == redislock.ModeShared {
+		s += ", readers of a read-write lock"
+	}
+	return s
 }
 
 // supervise keeps the lock while COMMAND (found at path) runs, and returns
@@ -280,14 +345,20 @@ func (r *runner) pending() (os.Signal, bool) {
 	}
 }
 
-// release releases lk with a fresh bounded context, reporting a failure
-// other than ErrNotHeld, and returns its error.
+// release releases lk within ending's bound, reporting a failure other
+// than ErrNotHeld, and returns its error.
 func (r *runner) release(lk *redislock.Lock) error {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-	defer cancel()
+	ctx := r.ending()
 	err := lk.Release(ctx)
-	if err != nil && !errors.Is(err, redislock.ErrNotHeld) {
-		fmt.Fprintf(r.stderr, "%s (the lease ends by itself within %v)\n", strings.TrimSuffix(errorLine(err), "\n"), r.cfg.ttl)
+	switch {
+	case err == nil || errors.Is(err, redislock.ErrNotHeld):
+	case ctx.Err() != nil:
+		// The library goes on in the background; redislock does not.
+		fmt.Fprintf(r.stderr, "redislock: the release of the lock on %q did not complete within %v: Redis did not answer (the lease ends by itself within %v)\n",
+			r.cfg.key, endTimeout, r.cfg.ttl)
+	default:
+		fmt.Fprintf(r.stderr, "redislock: the release of the lock on %q did not complete: %s (the lease ends by itself within %v)\n",
+			r.cfg.key, strings.TrimPrefix(err.Error(), "redislock: "), r.cfg.ttl)
 	}
 	return err
 }

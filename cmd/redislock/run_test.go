@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed5e0b76d9/redislock"
+	"github.com/seed5e0b76d9/redislock/internal/redistest"
 )
 
 // script runs a sh script as COMMAND; $1 in it is the file marks.
@@ -372,4 +373,142 @@ func TestRun_RedisDownExits69(t *testing.T) {
 	assert.Equal(t, exitRedis, code, stderr)
 	assert.Contains(t, stderr, "127.0.0.1:1")
 	assert.Empty(t, lines(t, marks))
+}
+
+// A key held as a semaphore (WithPermits) or by the readers of a
+// read-write lock (WithShared) is held: run exits with the conflict status
+// (1, or -E's) and says on stderr what holds the key, whether it would
+// wait (-wait, or by default) or not (-n); COMMAND never runs. On a
+// semaphore the library's exclusive Obtain gets Redis's WRONGTYPE, which
+// is not a Redis failure (69): the key holds another kind of lock, and
+// redislock cannot wait in a semaphore's line, so it gives up at once.
+// status shows such keys: their mode, holders and permits.
+func TestRun_KeyOfAnotherKindIsAConflict(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	marks := marksFile(t)
+	cmd := script(marks, `echo ran >> "$1"`)
+	semaphore, shared := testKey(t)+":semaphore", testKey(t)+":shared"
+	locker := redislock.New(c, redislock.WithHolder("test holder"))
+	for key, opt := range map[string]redislock.Option{semaphore: redislock.WithPermits(3), shared: redislock.WithShared()} {
+		lk, err := locker.Obtain(context.Background(), key, 30*time.Second, opt)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = lk.Release(context.Background()) })
+	}
+	for _, tc := range []struct {
+		key   string
+		flags []string
+		want  int
+		says  string
+	}{
+		{semaphore, []string{"-n"}, 1, "semaphore of 3 permits"},
+		{semaphore, []string{"-n", "-E", "42"}, 42, "semaphore of 3 permits"},
+		{semaphore, []string{"-wait", "5s"}, 1, "semaphore of 3 permits"},
+		{semaphore, nil, 1, "semaphore of 3 permits"},
+		{shared, []string{"-n"}, 1, "held by test holder"},
+		{shared, []string{"-wait", "200ms", "-E", "42"}, 42, "held by test holder"},
+	} {
+		p := start(t, runArgs(tc.key, tc.flags, cmd)...)
+		code := p.wait(10 * time.Second)
+		assert.Equal(t, tc.want, code, "%s %q: %s", tc.key, tc.flags, p.errors())
+		assert.Less(t, p.ended.Sub(p.started), 3*time.Second, "%s %q", tc.key, tc.flags)
+		assert.Contains(t, p.errors(), tc.says, "%s %q", tc.key, tc.flags)
+		assert.NotContains(t, p.errors(), "WRONGTYPE", "%s %q", tc.key, tc.flags)
+	}
+	assert.Empty(t, lines(t, marks), "COMMAND ran")
+
+	for key, want := range map[string][]string{
+		semaphore: {"mode:     semaphore\n", "permits:  3\n", "holder:   test holder\n"},
+		shared:    {"mode:     shared\n", "holder:   test holder\n"},
+	} {
+		code, out, stderr := runCLI(t, "status", key)
+		require.Equal(t, 0, code, stderr)
+		for _, w := range want {
+			assert.Contains(t, out, w, key)
+		}
+	}
+}
+
+// When Redis stops answering (frozen with SIGSTOP) just as COMMAND exits,
+// everything redislock then does with Redis (the release, the Locker's
+// clean-up, Shutdown) is bounded by one 5 s bound in total, not one bound
+// per call: redislock exits with COMMAND's status (3) about 5 s after
+// COMMAND exited, and says on stderr that the release did not complete and
+// that the lease ends by itself within -ttl.
+func TestRun_FrozenRedisAtExitBoundsCleanUpTo5s(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	marks := marksFile(t)
+	p := startEnv(t, []string{"REDIS_URL=redis://" + srv.Addr()}, runArgs(testKey(t), []string{"-ttl", "30s"},
+		script(marks, `echo "started $$" >> "$1"; while [ ! -e "$1.exit" ]; do sleep 0.01; done; exit 3`))...)
+	waitLine(t, marks, "started", 5*time.Second)
+	killGroupAtEnd(t, pidOf(t, marks, "started "))
+
+	srv.Freeze(t)
+	require.NoError(t, os.WriteFile(marks+".exit", nil, 0o644))
+	exited := time.Now()
+	code := p.wait(15 * time.Second)
+	assert.Equal(t, 3, code, p.errors())
+	took := p.ended.Sub(exited)
+	assert.Less(t, took, endTimeout+1500*time.Millisecond, "redislock exited %v after COMMAND", took)
+	assert.Greater(t, took, endTimeout-time.Second, "redislock exited %v after COMMAND", took)
+	assert.Contains(t, p.errors(), "release of the lock")
+	assert.Contains(t, p.errors(), "did not complete")
+	assert.Contains(t, p.errors(), "the lease ends by itself within 30s")
+}
+
+// When the key stopped being this lock's while COMMAND ran and redislock
+// did not notice (the key was deleted, and no renewal was due yet), and
+// COMMAND then exits on its own with 0, the release finds the key no
+// longer this lock's: redislock exits with 75 and says so on stderr.
+func TestRun_KeyGoneAtReleaseExits75(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	key := testKey(t)
+	marks := marksFile(t)
+	p := start(t, runArgs(key, []string{"-ttl", "30s"},
+		script(marks, `echo "started $$" >> "$1"; while [ ! -e "$1.exit" ]; do sleep 0.01; done`))...)
+	waitLine(t, marks, "started", 5*time.Second)
+	killGroupAtEnd(t, pidOf(t, marks, "started "))
+	require.NoError(t, c.Del(context.Background(), key).Err())
+	require.NoError(t, os.WriteFile(marks+".exit", nil, 0o644))
+	assert.Equal(t, exitLost, p.wait(5*time.Second), p.errors())
+	assert.Contains(t, p.errors(), "was lost before the command exited (status 0)")
+}
+
+// SIGHUP and SIGINT that redislock was started with ignored (nohup, a
+// background job of a script: "cmd &") stay ignored, by redislock, which
+// neither exits on them nor passes them on, and by COMMAND, which starts
+// with them ignored. (Go's runtime takes SIGQUIT and SIGTERM over whatever
+// their inherited disposition, so redislock cannot tell that they were
+// ignored; the README says so.)
+func TestRun_IgnoredSignalsStayIgnored(t *testing.T) {
+	if !isLinux {
+		t.Skip("reads /proc/self/status")
+	}
+	t.Parallel()
+	c := client(t)
+	key := testKey(t)
+	marks := marksFile(t)
+	p := startVia(t, []string{"REDIS_URL=" + testRedisURL(0)}, []string{"sh", "-c", `trap '' HUP INT; exec "$0" "$@"`},
+		runArgs(key, nil, script(marks, `grep SigIgn /proc/self/status >> "$1"; echo "started $$" >> "$1"; while [ ! -e "$1.exit" ]; do sleep 0.01; done; exit 4`))...)
+	waitLine(t, marks, "started", 5*time.Second)
+	killGroupAtEnd(t, pidOf(t, marks, "started "))
+	var ignored uint64
+	for _, l := range lines(t, marks) {
+		if s, ok := strings.CutPrefix(l, "SigIgn:"); ok {
+			var err error
+			ignored, err = strconv.ParseUint(strings.TrimSpace(s), 16, 64)
+			require.NoError(t, err, l)
+		}
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT} {
+		assert.NotZero(t, ignored&(1<<(sig-1)), "COMMAND does not ignore %v: SigIgn %x", sig, ignored)
+		require.NoError(t, p.cmd.Process.Signal(sig))
+	}
+	time.Sleep(100 * time.Millisecond)
+	assert.True(t, p.running(), "redislock exited on an ignored signal: %s", p.errors())
+	require.NoError(t, os.WriteFile(marks+".exit", nil, 0o644))
+	assert.Equal(t, 4, p.wait(5*time.Second), p.errors())
+	assert.False(t, exists(t, c, key))
 }

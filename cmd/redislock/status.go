@@ -7,9 +7,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/seed5e0b76d9/redislock"
 	"github.com/seed5e0b76d9/redislock/internal/redisurl"
@@ -45,6 +47,10 @@ func status(cfg statusConfig, stdout, stderr io.Writer) int {
 		return usageError(stderr, err)
 	}
 	defer rdb.Close()
+	// A reader that is gone (a broken pipe) is an output that could not be
+	// written: exit 74, not a death by SIGPIPE. status starts no process
+	// that would inherit the ignored signal.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
@@ -86,7 +92,28 @@ func printJSON(w io.Writer, info redislock.Info) error {
 	return e.Encode(toJSON(info))
 }
 
-// printStatus prints info for people:
+// plain returns s as it is when it is plain text, else quoted in Go syntax
+// (strconv.Quote). Keys, descriptions and tokens are whatever Redis holds,
+// written by anyone: printed raw, a newline, a carriage return or a
+// terminal escape in one could forge lines of the output. Plain text is
+// non-empty valid UTF-8 of printable runes (strconv.IsPrint: no control or
+// format characters, no space but ' '), with no space at either end, that
+// does not start with '"' or '(' (so that a quoted text, or "(no
+// description)", is never mistaken for a plain one).
+func plain(s string) string {
+	if s == "" || !utf8.ValidString(s) || s[0] == '"' || s[0] == '(' || s[0] == ' ' || s[len(s)-1] == ' ' {
+		return strconv.Quote(s)
+	}
+	for _, r := range s {
+		if !strconv.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// printStatus prints info for people, one line a value; text from Redis
+// is printed plain (see plain):
 //
 //	key:      deploy
 //	mode:     exclusive
@@ -99,19 +126,19 @@ func printStatus(w io.Writer, info redislock.Info) error {
 	s := toJSON(info)
 	var b strings.Builder
 	line := func(label string, value any) { fmt.Fprintf(&b, "%-10s%v\n", label+":", value) }
-	line("key", s.Key)
+	line("key", plain(s.Key))
 	line("mode", s.Mode)
 	if s.Permits > 0 {
 		line("permits", s.Permits)
 	}
 	for _, h := range info.Holders {
-		d := h.Description
-		if d == "" {
-			d = "(no description)"
+		d := "(no description)"
+		if h.Description != "" {
+			d = plain(h.Description)
 		}
 		line("holder", d)
 		line("  ttl", h.TTL.Round(time.Millisecond))
-		line("  token", h.Token)
+		line("  token", plain(h.Token))
 	}
 	line("fence", s.Fence)
 	line("waiting", s.Waiting)

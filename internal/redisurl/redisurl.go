@@ -10,12 +10,16 @@
 // A redis:// URL with a master_name parameter is read as a Sentinel URL,
 // and one with addr parameters as a Cluster URL, as go-redis's
 // ParseFailoverURL and ParseClusterURL read them. Query parameters are
-// go-redis's (dial_timeout, read_timeout, pool_size, ...).
+// go-redis's (dial_timeout, read_timeout, pool_size, ...). Every port, of
+// the host and of each addr parameter, must be a number in 1..65535; the
+// host's may be left out (6379).
 package redisurl
 
 import (
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -62,11 +66,23 @@ func parse(raw string) (kind, goredis string, err error) {
 	if u.Host == "" {
 		return "", "", fmt.Errorf("redisurl: %q: no host (want e.g. redis://127.0.0.1:6379)", raw)
 	}
+	if err := checkPort(u.Host, u.Port(), strings.HasSuffix(u.Host, ":")); err != nil {
+		return "", "", fmt.Errorf("redisurl: %q: %w", raw, err)
+	}
+	q := u.Query()
+	for _, addr := range q["addr"] {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || host == "" {
+			return "", "", fmt.Errorf("redisurl: %q: addr=%s: want host:port", raw, addr)
+		}
+		if err := checkPort(addr, port, true); err != nil {
+			return "", "", fmt.Errorf("redisurl: %q: addr=%w", raw, err)
+		}
+	}
 	scheme, tls := u.Scheme, false
 	if strings.HasPrefix(scheme, "rediss") {
 		scheme, tls = "redis"+strings.TrimPrefix(scheme, "rediss"), true
 	}
-	q := u.Query()
 	switch scheme {
 	case "redis+sentinel":
 		kind = "sentinel"
@@ -89,4 +105,18 @@ func parse(raw string) (kind, goredis string, err error) {
 		u.Scheme = "rediss"
 	}
 	return kind, u.String(), nil
+}
+
+// checkPort checks the port of the address hostport: a decimal number in
+// 1..65535, or none at all when given is false (go-redis then takes 6379).
+// go-redis takes any number, and 0 or 99999 would fail only when dialed.
+func checkPort(hostport, port string, given bool) error {
+	if port == "" && !given {
+		return nil
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
+		return fmt.Errorf("%s: port %q: want a number in 1..65535", hostport, port)
+	}
+	return nil
 }

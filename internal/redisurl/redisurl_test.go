@@ -37,6 +37,37 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// A port must be a decimal number in 1..65535, in the URL's host and in
+// every addr parameter, for every kind of URL: go-redis takes 0, 65536 or
+// 99999 as they come, and the mistake would show only when dialing.
+func TestParse_PortOutOfRange(t *testing.T) {
+	for _, port := range []string{"0", "65536", "99999", "-1", "x", "+80", "6379x", ""} {
+		for _, raw := range []string{
+			"redis://127.0.0.1:" + port,
+			"rediss://127.0.0.1:" + port + "/2",
+			"redis://[::1]:" + port,
+			"redis+sentinel://127.0.0.1:" + port + "?master_name=m",
+			"redis+sentinel://127.0.0.1:26379?master_name=m&addr=127.0.0.1:" + port,
+			"redis://127.0.0.1:26379?master_name=m&addr=127.0.0.1:" + port,
+			"redis+cluster://127.0.0.1:" + port,
+			"redis+cluster://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:" + port,
+			"redis://127.0.0.1:7000?addr=127.0.0.1:" + port,
+		} {
+			c, err := NewClient(raw)
+			if assert.Error(t, err, raw) {
+				assert.Contains(t, err.Error(), "port", raw)
+			}
+			assert.Nil(t, c, raw)
+		}
+	}
+	for _, raw := range []string{"redis://127.0.0.1:1", "redis://127.0.0.1:65535", "redis://127.0.0.1", "redis://[::1]:6379",
+		"redis+cluster://127.0.0.1:7000?addr=[::1]:65535"} {
+		c, err := NewClient(raw)
+		require.NoError(t, err, raw)
+		require.NoError(t, c.Close())
+	}
+}
+
 // The clients reach real deployments: a node, a Sentinel-managed primary,
 // and a Cluster.
 func TestClientsReachRealDeployments(t *testing.T) {
