@@ -8,7 +8,7 @@ import (
 // Info is what Locker.Inspect found at a lock key.
 type Info struct {
 	Key     string
-	Mode    string   // ModeExclusive, ModeShared, ModeSemaphore, or "" when nobody holds the key
+	Mode    string   // ModeExclusive, ModeShared, ModeSemaphore, ModeOther, or "" when nobody holds the key
 	Holders []Holder // who holds the key: one for ModeExclusive
 	Permits int      // a semaphore's number of permits (WithPermits); 0 for other modes
 	Fence   int64    // the latest fence issued for the key (WithFencing), 0 if none
@@ -23,6 +23,7 @@ const (
 	ModeExclusive = "exclusive" // a plain lock, or the writer of a read-write lock
 	ModeShared    = "shared"    // the readers of a read-write lock (WithShared)
 	ModeSemaphore = "semaphore" // the permits of a semaphore (WithPermits)
+	ModeOther     = "other"     // data of another kind (a list, a hash, ...): no lock can take the key
 )
 
 // A Holder is a holder of a lock key.
@@ -36,7 +37,8 @@ type Holder struct {
 // and how many wait, for a lock of any mode, in one round trip. It changes
 // nothing. A key that is not a lock of this library is reported as far as
 // it can be read: an exclusive holder for a string, permits for a sorted
-// set. An empty key returns ErrInvalidKey.
+// set, ModeOther for data of another kind (an acquisition of the key fails
+// with Redis's WRONGTYPE error). An empty key returns ErrInvalidKey.
 func (l *Locker) Inspect(ctx context.Context, key string) (Info, error) {
 	if err := l.check(key, time.Millisecond, &l.opts); err != nil {
 		return Info{}, err

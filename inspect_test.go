@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,13 +71,21 @@ func TestInspect(t *testing.T) {
 		for _, lk := range append(readers, permit) {
 			require.NoError(t, lk.Release(ctx))
 		}
+
+		require.NoError(t, checker.RPush(ctx, "list", "a").Err())
+		info, err = locker.Inspect(ctx, "list")
+		require.NoError(t, err)
+		assert.Equal(t, redislock.Info{Key: "list", Mode: redislock.ModeOther}, info, "data of another kind: not free")
+		require.NoError(t, checker.Del(ctx, "list").Err())
 		require.NoError(t, checker.Del(ctx, redislock.SideKey("x", "fence")).Err()) // fence counters stay
 		requireOnlyMarks(t, checker)
 	})
 }
 
 // Without WithHolder, the description is the host name and process id;
-// WithHolder("") stores none; bad input is refused before any I/O.
+// WithHolder("") stores none; bad input (not UTF-8, control or format
+// characters such as a newline, a tab, an escape or a direction override,
+// more than 200 bytes) is refused before any I/O.
 func TestInspect_HolderDescription(t *testing.T) {
 	b := miniBackend(t)
 	rdb, n := b.client(t)
@@ -97,8 +106,10 @@ func TestInspect_HolderDescription(t *testing.T) {
 	require.NoError(t, lk.Release(ctx))
 
 	before := n.Load()
-	_, err = redislock.New(rdb, redislock.WithHolder(string([]byte{0xff}))).Obtain(ctx, "k", time.Minute)
-	assert.ErrorIs(t, err, redislock.ErrInvalidOption)
+	for _, bad := range []string{string([]byte{0xff}), "two\nlines", "a \x1b[31m red", "tab\there", "rlo \u202e", strings.Repeat("x", 201)} {
+		_, err = redislock.New(rdb, redislock.WithHolder(bad)).Obtain(ctx, "k", time.Minute)
+		assert.ErrorIs(t, err, redislock.ErrInvalidOption, "%q", bad)
+	}
 	_, err = redislock.New(rdb).Inspect(ctx, "")
 	assert.ErrorIs(t, err, redislock.ErrInvalidKey)
 	assert.Equal(t, before, n.Load(), "nothing sent")

@@ -3,7 +3,9 @@ package redislock
 import (
 	"fmt"
 	"os"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -73,15 +75,27 @@ const maxHolder = 200
 // written by the script that gives the lock, so it changes nothing of how a
 // holder is told from another. It applies to the Locker it is given
 // to (New), not to single calls. d must be valid UTF-8 of at most 200
-// bytes.
+// bytes, and printable: one line of text, with no control or format
+// characters (a newline, a tab, an escape, a direction override) and no
+// spaces but ' '.
 func WithHolder(d string) Option {
 	return func(o *options) {
-		if len(d) > maxHolder || !utf8.ValidString(d) {
-			o.invalid(ErrInvalidOption, "WithHolder: need valid UTF-8 of at most %d bytes (got %d bytes)", maxHolder, len(d))
+		if len(d) > maxHolder || !utf8.ValidString(d) || strings.ContainsFunc(d, notPrintable) {
+			o.invalid(ErrInvalidOption, "WithHolder(%q): need printable UTF-8 text (no control or format characters) of at most %d bytes", cut(d), maxHolder)
 			return
 		}
 		o.holder = d
 	}
+}
+
+func notPrintable(r rune) bool { return !unicode.IsPrint(r) }
+
+// cut cuts s to a readable length for an error text.
+func cut(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }
 
 // apply applies opts in order to a copy of o. The first invalid option is

@@ -689,7 +689,8 @@ func runPTTL(ctx context.Context, c redis.Scripter, key, token string, m mode) (
 //	KEYS    scriptKeys(key)
 //	returns {mode, permits, fence, waiting, token, ttl, token, ttl, ...}:
 //	        mode "x" (an exclusive holder), "s" (shared holders), "p" (a
-//	        semaphore's permits) or "" (nobody holds the key); permits, a
+//	        semaphore's permits), "o" (the key holds data of another kind)
+//	        or "" (nobody holds the key); permits, a
 //	        semaphore's number of permits (0 for other modes); fence, the
 //	        fence counter as stored ("" if none); waiting, the live places
 //	        in line; then each holder's token, remaining lease (ms) and
@@ -711,6 +712,8 @@ if t == "string" then
 elseif t == "zset" then
 	mode, permits = "p", tonumber(redis.call("GET", LIMIT) or "0")
 	live(K)
+elseif t ~= "none" then
+	mode = "o"
 else
 	live(READERS)
 	if #held > 0 then
@@ -742,7 +745,7 @@ func runInspect(ctx context.Context, c redis.Scripter, key string) (Info, error)
 	permits, _ := res[1].(int64)
 	fence, _ := res[2].(string)
 	waiting, _ := res[3].(int64)
-	info := Info{Key: key, Mode: map[string]string{"x": ModeExclusive, "s": ModeShared, "p": ModeSemaphore}[mode], Permits: int(permits), Waiting: int(waiting)}
+	info := Info{Key: key, Mode: map[string]string{"x": ModeExclusive, "s": ModeShared, "p": ModeSemaphore, "o": ModeOther}[mode], Permits: int(permits), Waiting: int(waiting)}
 	info.Fence, _ = strconv.ParseInt(fence, 10, 64)
 	for i := 4; i < len(res); i += 3 {
 		token, _ := res[i].(string)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
@@ -46,8 +47,13 @@ func TestParseRun(t *testing.T) {
 }
 
 // The holder description names the command, the host and the pid, and
-// stays within the library's 200 bytes of valid UTF-8 for long commands.
+// stays within the library's 200 bytes of printable UTF-8 (WithHolder's
+// rule) for long commands and commands with newlines, tabs or escapes in
+// their arguments (each such character becomes '?').
 func TestHolderDescription(t *testing.T) {
+	d := holderDescription([]string{"sh", "-c", "a\nb\tc\x1b[0m"}, "web\n3", 4711)
+	assert.Equal(t, "redislock run sh -c a?b?c?[0m on web?3 pid 4711", d)
+	assert.False(t, strings.ContainsFunc(d, func(r rune) bool { return !unicode.IsPrint(r) }), d)
 	assert.Equal(t, "redislock run ./migrate up on web-3 pid 4711", holderDescription([]string{"./migrate", "up"}, "web-3", 4711))
 	long := holderDescription([]string{"echo", strings.Repeat("é", 300)}, "web-3", 4711)
 	assert.LessOrEqual(t, len(long), maxHolder)

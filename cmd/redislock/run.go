@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
@@ -412,13 +413,25 @@ const maxHolder = 200
 // holderDescription describes this run for Locker.Inspect: "redislock run
 // COMMAND ARGS on HOST pid PID", the command cut to fit maxHolder bytes.
 func holderDescription(argv []string, host string, pid int) string {
-	tail := fmt.Sprintf(" on %s pid %d", host, pid)
+	tail := fmt.Sprintf(" on %s pid %d", printable(host), pid)
 	const head = "redislock run "
-	cmd := strings.ToValidUTF8(strings.Join(argv, " "), "?")
+	cmd := printable(strings.Join(argv, " "))
 	if room := maxHolder - len(head) - len(tail); len(cmd) > room {
 		cmd = truncate(cmd, max(room-3, 0)) + "..."
 	}
 	return truncate(head+cmd+tail, maxHolder)
+}
+
+// printable replaces what is not printable text in s (invalid UTF-8,
+// control and format characters, spaces but ' ') with '?', as
+// redislock.WithHolder requires.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
 }
 
 // truncate cuts s, valid UTF-8, to at most n bytes without splitting a rune.

@@ -27,7 +27,7 @@ const modeFree = "free"
 type statusJSON struct {
 	Key     string       `json:"key"`
 	Held    bool         `json:"held"`
-	Mode    string       `json:"mode"` // exclusive, shared, semaphore, or free
+	Mode    string       `json:"mode"` // exclusive, shared, semaphore, other (data of another kind), or free
 	Holders []holderJSON `json:"holders"`
 	Permits int          `json:"permits,omitempty"` // a semaphore's number of permits
 	Fence   int64        `json:"fence"`             // the latest fence issued, 0 if none

@@ -82,6 +82,22 @@ func TestStatus_FreeKey(t *testing.T) {
 	assert.Equal(t, "free", s.Mode)
 }
 
+// A key that holds data of another kind than a lock (a list) is not free:
+// status says "other", and nobody holds it.
+func TestStatus_OtherKindIsNotFree(t *testing.T) {
+	t.Parallel()
+	key := testKey(t)
+	rdb := client(t)
+	require.NoError(t, rdb.RPush(context.Background(), key, "a").Err())
+	t.Cleanup(func() { rdb.Del(context.Background(), key) })
+	code, out, stderr := runCLI(t, "status", "-json", key)
+	require.Equal(t, 0, code, stderr)
+	var s statusJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &s), out)
+	assert.False(t, s.Held)
+	assert.Equal(t, "other", s.Mode)
+}
+
 // status exits 69 when Redis cannot be reached, printing nothing on stdout.
 func TestStatus_RedisDownExits69(t *testing.T) {
 	t.Parallel()
@@ -103,13 +119,14 @@ func TestStatus_QuotesUnprintableText(t *testing.T) {
 	c := client(t)
 	ctx := context.Background()
 
-	// A description the library itself takes (valid UTF-8, any runes).
+	// A lock of the library whose description someone overwrote in the
+	// holders hash (WithHolder itself takes printable text only).
 	key := testKey(t) + "\n"
 	desc := "evil\nholder:   forged\rfence:    999\x1b[2J\u202e"
-	locker := redislock.New(c, redislock.WithHolder(desc))
-	lk, err := locker.Obtain(ctx, key, 30*time.Second)
+	lk, err := redislock.New(c).Obtain(ctx, key, 30*time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lk.Release(context.Background()) })
+	require.NoError(t, c.HSet(ctx, "{"+key+"}:redislock:holders:"+key, lk.Token(), desc).Err())
 
 	// A token and description that someone else wrote; the side key is the
 	// library's documented holders hash ({key}:redislock:holders:key).
