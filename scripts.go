@@ -78,9 +78,9 @@ local function fenceProblem()
 	elseif not f then
 		return nil
 	elseif not string.match(f, "^%d+$") then
-		return "ERR redislock: the fence counter " .. KEYS[2] .. " holds something else than a non-negative integer"
+		return "ERR redislock: the fence counter holds something else than a non-negative integer"
 	elseif tonumber(f) >= ` + maxFenceLua + ` then
-		return "ERR redislock: the fence counter " .. KEYS[2] .. " is at its maximum (2^53-1, the largest integer Lua holds exactly)"
+		return "ERR redislock: the fence counter is at its maximum (2^53-1, the largest integer Lua holds exactly)"
 	end
 	return nil
 end
