@@ -181,7 +181,15 @@ func (q *quorum) nodeErrors(errs []error, answered int, err error) error {
 // attempt makes one acquisition of key for token: taken reports that a
 // majority took it. When it failed, the key is given back on every node,
 // in the background, as each node's reply comes in.
-func (q *quorum) attempt(ctx context.Context, key, token, holder string, ttl time.Duration) (taken bool, err error) {
+//
+// It is decided as soon as the replies allow, and not before: taken when a
+// majority took the key; contention (err == nil) when a majority answered
+// and too few of them took it for a majority to; a failure (err joins the
+// masters' errors) when so many failed that a majority cannot answer. While
+// a majority could still answer, or still take the key, it waits. cut
+// reports that ctx ended first: err then also names the masters that did
+// not answer.
+func (q *quorum) attempt(ctx context.Context, key, token, holder string, ttl time.Duration) (taken, cut bool, err error) {
 	maj, n := q.majority(), len(q.nodes)
 	actx, cancel := straggle(ctx, max(ttl/2, time.Millisecond))
 	var won atomic.Bool
@@ -204,9 +212,15 @@ func (q *quorum) attempt(ctx context.Context, key, token, holder string, ttl tim
 	})
 	var ours, other int
 	var errs []error
+	decided := func() bool {
+		answered, failed := ours+other, len(errs)
+		return ours >= maj || failed > n-maj || (answered >= maj && other+failed > n-maj)
+	}
 	got := gather(ctx, q, ch, func(got []reply[attemptResult]) bool {
 		r := got[len(got)-1]
 		switch {
+		case r.err != nil && isCtxErr(r.err) && ctx.Err() != nil:
+			return true // the caller's ctx ended: that says nothing about the master
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("master %d: %w", r.node, r.err))
 		case r.v.ours:
@@ -214,21 +228,22 @@ func (q *quorum) attempt(ctx context.Context, key, token, holder string, ttl tim
 		default:
 			other++
 		}
-		return ours >= maj || other+len(errs) > n-maj
+		return decided()
 	})
 	if ours >= maj {
 		won.Store(true)
 		finish(q, ch, len(got), nil, cancel)
-		return true, nil
+		return true, false, nil
 	}
 	for _, r := range got {
 		q.giveBack(key, token, r)
 	}
 	finish(q, ch, len(got), func(r reply[attemptResult]) { q.giveBack(key, token, r) }, cancel)
+	cut = !decided()
 	if ours+other >= maj {
-		return false, nil // a majority answered: contention
+		return false, cut, nil // a majority answered: contention
 	}
-	return false, q.nodeErrors(errs, len(got), ctx.Err())
+	return false, cut, q.nodeErrors(errs, ours+other+len(errs), ctx.Err())
 }
 
 // giveBack releases key on the node of r, a reply to a failed
@@ -245,12 +260,17 @@ func (q *quorum) giveBack(key, token string, r reply[attemptResult]) {
 // jittered backoff between them (o.wait == 0: one), until one takes the key
 // on a majority, ctx ends, or an error says that trying again cannot help.
 // It also returns how many attempts it made.
+//
+// An attempt that ctx cut short says nothing about Redis: when the wait
+// ends, the verdict is that of the last attempt the replies decided
+// (contention: ErrNotObtained), or the cut one's when it was the first.
 func (q *quorum) acquire(ctx context.Context, l *Locker, key string, ttl time.Duration, o *options) (*Lock, int, error) {
 	backoff := o.minBackoff
+	var last error // the last decided attempt's error: nil for contention
 	for attempts := 1; ; attempts++ {
 		token := newToken()
 		start := time.Now()
-		taken, err := q.attempt(ctx, key, token, l.opts.holder, ttl)
+		taken, cut, err := q.attempt(ctx, key, token, l.opts.holder, ttl)
 		if taken {
 			lk := newLock(l, key, token, mode{}, 0, ttl, start)
 			if err := q.settle(ctx, lk, ttl, o.fencing); err != nil {
@@ -259,15 +279,18 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, key string, ttl time.Du
 			}
 			return lk, attempts, nil
 		}
-		if err != nil && (o.wait == 0 || permanent(err)) {
-			return nil, attempts, failed("acquire", key, err)
+		if !cut || attempts == 1 {
+			last = err
+		}
+		if last != nil && (o.wait == 0 || permanent(last)) {
+			return nil, attempts, failed("acquire", key, last)
 		}
 		if o.wait == 0 {
 			return nil, attempts, notObtained(key, nil)
 		}
 		if sleep(ctx, nil, backoff) != nil || ctx.Err() != nil {
-			if err != nil {
-				return nil, attempts, fmt.Errorf("redislock: waiting for %s: %w; the last attempt failed: %w", quoteKey(key), ctx.Err(), err)
+			if last != nil {
+				return nil, attempts, fmt.Errorf("redislock: waiting for %s: %w; the last attempt failed: %w", quoteKey(key), ctx.Err(), last)
 			}
 			return nil, attempts, notObtained(key, ctx.Err())
 		}

@@ -42,12 +42,17 @@ func startMasters(t testing.TB, n int, args ...string) []*redistest.Server {
 }
 
 // quorumClients returns a client per address, with short timeouts so that
-// a dead or frozen master costs little.
-func quorumClients(t testing.TB, addrs []string) []redis.UniversalClient {
+// a dead or frozen master costs little (one dial, not go-redis's 5), then
+// opts applied.
+func quorumClients(t testing.TB, addrs []string, opts ...func(*redis.Options)) []redis.UniversalClient {
 	clients := make([]redis.UniversalClient, len(addrs))
 	for i, a := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: a, DialTimeout: 200 * time.Millisecond,
-			ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1})
+		o := &redis.Options{Addr: a, DialTimeout: 200 * time.Millisecond, DialerRetries: 1,
+			ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1}
+		for _, opt := range opts {
+			opt(o)
+		}
+		c := redis.NewClient(o)
 		t.Cleanup(func() { _ = c.Close() })
 		clients[i] = c
 	}
@@ -380,4 +385,39 @@ func quorumChild(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// delayScript makes client wait d before it sends each run of the script
+// whose SHA1 is hash (a slow link to that master, one way).
+func delayScript(client redis.UniversalClient, hash string, d time.Duration) {
+	client.(*redis.Client).AddHook(hook{before: func(cmd redis.Cmder) {
+		if runs(cmd, hash) {
+			time.Sleep(d)
+		}
+	}})
+}
+
+// An attempt that a majority of the masters answered, with too few of them
+// free for it, is contention (ErrNotObtained), even when the masters that
+// failed answered first: with 2 of 5 masters down and the key held on the
+// 3 others, TryObtain and Obtain report ErrNotObtained, not a Redis failure.
+func TestQuorum_ContentionWithMinorityDown(t *testing.T) {
+	servers := startMasters(t, 5)
+	ctx := ctxT(t, 20*time.Second)
+	holder := redislock.NewQuorum(quorumClients(t, addrsOf(servers)))
+	_, err := holder.Obtain(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	servers[0].Kill(t)
+	servers[3].Kill(t)
+	clients := quorumClients(t, addrsOf(servers))
+	for _, i := range []int{1, 2, 4} {
+		delayScript(clients[i], redislock.AcquireScriptHash, 50*time.Millisecond) // the dead answer first
+	}
+	other := redislock.NewQuorum(clients)
+
+	_, err = other.TryObtain(ctx, "k", time.Second)
+	require.ErrorIs(t, err, redislock.ErrNotObtained)
+	_, err = other.Obtain(ctx, "k", time.Second, redislock.WithWait(300*time.Millisecond))
+	require.ErrorIs(t, err, redislock.ErrNotObtained)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
 }
