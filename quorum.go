@@ -51,9 +51,19 @@ type quorum struct {
 //     in a line: waiting is not fair, and a release does not hand the key
 //     over. WithShared, WithPermits and WithReplicas are not supported
 //     (ErrInvalidOption).
-//   - An acquisition fails with ErrNotObtained when a majority of masters
-//     answered and too few of them had the key free, and with an error
-//     joining the masters' errors when fewer than a majority answered.
+//   - An attempt is contention when a majority of the masters answered
+//     (whatever each answered) and fewer than a majority took the key for
+//     it, and a failure, with an error joining the masters' errors, when so
+//     many failed that a majority cannot answer; it waits for more replies
+//     while neither is known. TryObtain returns ErrNotObtained after
+//     contention, the failure's error after a failure, and an error naming
+//     the masters that did not answer when ctx ended first. An Obtain that
+//     waits until its deadline returns ErrNotObtained when its last attempt
+//     that the replies decided was contention (an attempt the deadline cut
+//     short says nothing about the masters), else that attempt's error. It
+//     ends the wait at once only when more than a minority of the masters
+//     failed for good (a closed client, an error reply that waiting cannot
+//     cure): a majority can no longer answer.
 //   - WithFencing issues fences that keep increasing across holders as
 //     long as no master forgets its counter: after taking the key on a
 //     majority, the acquisition increments the counter on every master,
@@ -178,18 +188,25 @@ func (q *quorum) nodeErrors(errs []error, answered int, err error) error {
 	return fmt.Errorf("fewer than a majority (%d of %d) of the masters answered: %w", q.majority(), len(q.nodes), errors.Join(errs...))
 }
 
-// attempt makes one acquisition of key for token: taken reports that a
-// majority took it. When it failed, the key is given back on every node,
-// in the background, as each node's reply comes in.
+// An attemptOutcome is what one attempt found.
+type attemptOutcome struct {
+	taken    bool  // a majority took the key
+	err      error // nil when a majority answered (taken, or contention); else it joins the masters' errors
+	cut      bool  // ctx ended before the replies decided
+	hopeless bool  // more than a minority failed for good (see permanent): a majority cannot answer again
+}
+
+// attempt makes one acquisition of key for token. When it failed, the key
+// is given back on every node, in the background, as each node's reply
+// comes in.
 //
 // It is decided as soon as the replies allow, and not before: taken when a
 // majority took the key; contention (err == nil) when a majority answered
-// and too few of them took it for a majority to; a failure (err joins the
-// masters' errors) when so many failed that a majority cannot answer. While
-// a majority could still answer, or still take the key, it waits. cut
-// reports that ctx ended first: err then also names the masters that did
-// not answer.
-func (q *quorum) attempt(ctx context.Context, key, token, holder string, ttl time.Duration) (taken, cut bool, err error) {
+// and too few of them took it for a majority to; a failure when so many
+// failed that a majority cannot answer. While a majority could still
+// answer, or still take the key, it waits. When ctx ends first, err also
+// names the masters that did not answer.
+func (q *quorum) attempt(ctx context.Context, key, token, holder string, ttl time.Duration) attemptOutcome {
 	maj, n := q.majority(), len(q.nodes)
 	actx, cancel := straggle(ctx, max(ttl/2, time.Millisecond))
 	var won atomic.Bool
@@ -210,7 +227,7 @@ func (q *quorum) attempt(ctx context.Context, key, token, holder string, ttl tim
 		}
 		return res, err
 	})
-	var ours, other int
+	var ours, other, lost int // lost: failed for good
 	var errs []error
 	decided := func() bool {
 		answered, failed := ours+other, len(errs)
@@ -219,10 +236,13 @@ func (q *quorum) attempt(ctx context.Context, key, token, holder string, ttl tim
 	got := gather(ctx, q, ch, func(got []reply[attemptResult]) bool {
 		r := got[len(got)-1]
 		switch {
-		case r.err != nil && isCtxErr(r.err) && ctx.Err() != nil:
-			return true // the caller's ctx ended: that says nothing about the master
+		case r.err != nil && isCtxErr(r.err) && ended(ctx):
+			return true // the caller's deadline: that says nothing about the master
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("master %d: %w", r.node, r.err))
+			if permanent(r.err) {
+				lost++
+			}
 		case r.v.ours:
 			ours++
 		default:
@@ -233,17 +253,29 @@ func (q *quorum) attempt(ctx context.Context, key, token, holder string, ttl tim
 	if ours >= maj {
 		won.Store(true)
 		finish(q, ch, len(got), nil, cancel)
-		return true, false, nil
+		return attemptOutcome{taken: true}
 	}
 	for _, r := range got {
 		q.giveBack(key, token, r)
 	}
 	finish(q, ch, len(got), func(r reply[attemptResult]) { q.giveBack(key, token, r) }, cancel)
-	cut = !decided()
-	if ours+other >= maj {
-		return false, cut, nil // a majority answered: contention
+	out := attemptOutcome{cut: !decided(), hopeless: lost > n-maj}
+	if ours+other < maj {
+		cause := ctx.Err()
+		if out.cut && cause == nil {
+			cause = context.DeadlineExceeded // its timer has yet to fire
+		}
+		out.err = q.nodeErrors(errs, ours+other+len(errs), cause)
 	}
-	return false, cut, q.nodeErrors(errs, ours+other+len(errs), ctx.Err())
+	return out
+}
+
+// ended reports whether ctx is done or its deadline has passed: the timer
+// that ends ctx may fire after that of a context derived from it (such as
+// straggle's), whose calls then end with the same error first.
+func ended(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(dl)
 }
 
 // giveBack releases key on the node of r, a reply to a failed
@@ -258,8 +290,10 @@ func (q *quorum) giveBack(key, token string, r reply[attemptResult]) {
 
 // acquire is Locker.acquire for a quorum Locker: it makes attempts, with
 // jittered backoff between them (o.wait == 0: one), until one takes the key
-// on a majority, ctx ends, or an error says that trying again cannot help.
-// It also returns how many attempts it made.
+// on a majority, ctx ends, or trying again cannot help: more than a
+// minority of the masters failed for good (a closed client, an error reply
+// that is not transient: see permanent), so a majority cannot answer. It
+// also returns how many attempts it made.
 //
 // An attempt that ctx cut short says nothing about Redis: when the wait
 // ends, the verdict is that of the last attempt the replies decided
@@ -270,8 +304,8 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, key string, ttl time.Du
 	for attempts := 1; ; attempts++ {
 		token := newToken()
 		start := time.Now()
-		taken, cut, err := q.attempt(ctx, key, token, l.opts.holder, ttl)
-		if taken {
+		a := q.attempt(ctx, key, token, l.opts.holder, ttl)
+		if a.taken {
 			lk := newLock(l, key, token, mode{}, 0, ttl, start)
 			if err := q.settle(ctx, lk, ttl, o.fencing); err != nil {
 				l.releaseLater(lk)
@@ -279,10 +313,10 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, key string, ttl time.Du
 			}
 			return lk, attempts, nil
 		}
-		if !cut || attempts == 1 {
-			last = err
+		if !a.cut || attempts == 1 {
+			last = a.err
 		}
-		if last != nil && (o.wait == 0 || permanent(last)) {
+		if last != nil && (o.wait == 0 || a.hopeless) {
 			return nil, attempts, failed("acquire", key, last)
 		}
 		if o.wait == 0 {

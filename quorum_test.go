@@ -421,3 +421,32 @@ func TestQuorum_ContentionWithMinorityDown(t *testing.T) {
 	require.ErrorIs(t, err, redislock.ErrNotObtained)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 }
+
+// An Obtain waits on while a majority may still answer: one closed client
+// (a permanent error) and one master down of 3 fail the attempts, but the
+// master comes back and the lock is obtained. It stops at once, with the
+// closed client's error, when more than a minority failed for good (2
+// closed clients of 3): a majority can no longer answer.
+func TestQuorum_PermanentErrorOfAMinority(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+
+	clients := quorumClients(t, addrsOf(servers))
+	require.NoError(t, clients[0].Close())
+	servers[1].Kill(t)
+	got := obtainAsync(ctx, redislock.NewQuorum(clients), "k", time.Second, redislock.WithWait(5*time.Second))
+	time.Sleep(300 * time.Millisecond)
+	servers[1].Restart(t)
+	o := <-got
+	require.NoError(t, o.err, "a majority (masters 1 and 2) can answer again")
+	require.NoError(t, o.lock.Release(ctx))
+
+	clients = quorumClients(t, addrsOf(servers))
+	require.NoError(t, clients[0].Close())
+	require.NoError(t, clients[2].Close())
+	start := time.Now()
+	_, err := redislock.NewQuorum(clients).Obtain(ctx, "k", time.Second, redislock.WithWait(5*time.Second))
+	require.ErrorIs(t, err, redis.ErrClosed)
+	assert.NotErrorIs(t, err, redislock.ErrNotObtained)
+	assert.Less(t, time.Since(start), time.Second, "hopeless: no wait")
+}
