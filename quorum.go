@@ -27,6 +27,9 @@ import (
 //     their reply comes);
 //   - a renewal or Refresh sets the lease when a majority set it, and finds
 //     the lock lost when so many no longer hold it that a majority cannot;
+//   - a release has released the lock when a majority released it, and
+//     found it not held when so many did not hold it that a majority cannot
+//     have released it; the releases on the other nodes go on;
 //   - TTL is the lease that a majority still has.
 //
 // The lease clock (see leaseClock) holds for the quorum: a command counts as
@@ -71,6 +74,19 @@ type quorum struct {
 //     majority if fewer than a majority had it already (see
 //     quorum.fence). A fenced acquisition costs one or two more round
 //     trips.
+//   - Release returns nil when a majority of the masters released the lock
+//     (or reported it released: see the release mark in Lock.Release),
+//     ErrNotHeld when so many answered that they did not hold it that a
+//     majority cannot have released it, and otherwise an error: when too
+//     many failed to tell (Release may be called again), or when ctx ended
+//     first (the error then says that the release goes on in the
+//     background). It returns as soon as the replies decide, without
+//     waiting for the other masters: their releases go on in the
+//     background, whether or not the client stops at deadlines
+//     (ContextTimeoutEnabled), until each is answered or go-redis gives up
+//     on it: each has a deadline of 5 seconds, or of as long as go-redis
+//     may take with a command of that master's client (its ReadTimeout and
+//     retries) plus a second, whichever is longer. Shutdown waits for them.
 //   - Each operation goes to every master at once: the cost of a round trip
 //     is that of the slowest master of the fastest majority.
 //
@@ -540,40 +556,54 @@ func (q *quorum) pttl(ctx context.Context, key, token string) (time.Duration, er
 	return 0, q.nodeErrors(errs, len(got), ctx.Err())
 }
 
-// release releases lk on every node. It waits for every node's reply
-// until ctx ends; the releases go on in the background after that, bounded
-// as a single node's are. It reports released when a node released the
-// lock, notHeld when a majority answered and none held it.
+// release releases lk on every node and returns as soon as the replies
+// decide: released when a majority released it (or reported it released:
+// a release mark, see releaseScript); notHeld (false, nil) when so many
+// did not hold it that a majority cannot have released it; an error when
+// neither can be known any more (too many failed), or ctx ended first.
+//
+// Each node's release goes on after that, as a chore (see Shutdown), until
+// it is answered or go-redis gives up on it, for at most the node's
+// releaseBound: not with ctx, which a client that stops at deadlines
+// (ContextTimeoutEnabled) would abandon at the caller's deadline, leaving
+// the lock on that node for its lease.
 func (q *quorum) release(ctx context.Context, lk *Lock) (released bool, err error) {
-	for range q.nodes {
-		q.chores.begin()
-	}
-	ch := fanOut(ctx, q, func(ctx context.Context, node *Locker) (releaseResult, error) {
-		return detached(ctx, node.direct, node.releaseBound(), func(ctx context.Context) (releaseResult, error) {
-			defer q.chores.end() // it goes on when the caller stops waiting
-			return runRelease(ctx, node.client, releaseArgs{key: lk.key, token: lk.token, locker: node.id, mark: node.releaseMark()})
+	maj, n := q.majority(), len(q.nodes)
+	ch := make(chan reply[releaseResult], n)
+	for i, node := range q.nodes {
+		q.chores.run(func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), node.releaseBound())
+			defer cancel()
+			res, err := runRelease(rctx, node.client, releaseArgs{key: lk.key, token: lk.token, locker: node.id, mark: node.releaseMark()})
+			ch <- reply[releaseResult]{i, res, err}
 		})
-	})
+	}
+	var ok, notHeld int
 	var errs []error
-	var answered int
 	gather(ctx, q, ch, func(got []reply[releaseResult]) bool {
 		r := got[len(got)-1]
 		switch {
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("master %d: %w", r.node, r.err))
 		case r.v.released:
-			released = true
-			answered++
+			ok++
 		default:
-			answered++
+			notHeld++
 		}
-		return false
+		left := n - len(got)
+		return ok >= maj || notHeld > n-maj || (ok+left < maj && notHeld+left <= n-maj)
 	})
 	switch {
-	case released, answered >= q.majority():
-		return released, nil
+	case ok >= maj:
+		return true, nil
+	case notHeld > n-maj:
+		return false, nil
 	}
-	return false, q.nodeErrors(errs, answered+len(errs), ctx.Err())
+	err = errors.Join(errs...)
+	if answered := ok + notHeld + len(errs); answered < n {
+		err = errors.Join(err, fmt.Errorf("%d of %d masters did not answer: %w", n-answered, n, ctx.Err()))
+	}
+	return false, fmt.Errorf("%d of %d masters released the lock and %d did not hold it, too few to decide (a majority is %d): %w", ok, n, notHeld, maj, err)
 }
 
 // endQuorum is Lock.end for a quorum lock, whose release has begun.

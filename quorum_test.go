@@ -450,3 +450,63 @@ func TestQuorum_PermanentErrorOfAMinority(t *testing.T) {
 	assert.NotErrorIs(t, err, redislock.ErrNotObtained)
 	assert.Less(t, time.Since(start), time.Second, "hopeless: no wait")
 }
+
+// Release is decided by a majority of the masters: nil when a majority
+// released the lock, ErrNotHeld when so many did not hold it that a
+// majority cannot have released it (here 2 of 3 had lost it), and an error
+// that is neither when too few answered to tell (2 of 3 down).
+func TestQuorum_ReleaseByMajority(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)))
+	obtain := func(key string) *redislock.Lock {
+		lk, err := locker.Obtain(ctx, key, 10*time.Second)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return servers[2].Do(t, "EXISTS", key) == int64(1) }, time.Second, time.Millisecond)
+		return lk
+	}
+
+	lk := obtain("lost on 2")
+	servers[1].Do(t, "DEL", "lost on 2")
+	servers[2].Do(t, "DEL", "lost on 2")
+	assert.ErrorIs(t, lk.Release(ctx), redislock.ErrNotHeld, "released on 1 of 3 only")
+	assert.Equal(t, int64(0), servers[0].Do(t, "EXISTS", "lost on 2"))
+
+	lk = obtain("lost on 1")
+	servers[2].Do(t, "DEL", "lost on 1")
+	require.NoError(t, lk.Release(ctx), "released on 2 of 3")
+
+	lk = obtain("down")
+	servers[1].Kill(t)
+	servers[2].Kill(t)
+	err := lk.Release(ctx)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redislock.ErrNotHeld)
+	assert.Equal(t, int64(0), servers[0].Do(t, "EXISTS", "down"))
+}
+
+// Release returns once a majority released the lock, without waiting for
+// a slow master, and the release on that master goes on in the background
+// (Shutdown waits for it) after the caller's deadline, also with clients
+// that stop at deadlines themselves (ContextTimeoutEnabled).
+func TestQuorum_ReleaseSlowMaster(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	clients := quorumClients(t, addrsOf(servers), func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	delayScript(clients[2], redislock.ReleaseScriptHash, 600*time.Millisecond)
+	locker := redislock.NewQuorum(clients)
+	lk, err := locker.Obtain(ctx, "k", 30*time.Second)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return servers[2].Do(t, "EXISTS", "k") == int64(1) }, time.Second, time.Millisecond)
+
+	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	require.NoError(t, lk.Release(rctx))
+	assert.Less(t, time.Since(start), 200*time.Millisecond, "decided by masters 0 and 1")
+	require.NoError(t, locker.Shutdown(ctx))
+	assert.Greater(t, time.Since(start), 600*time.Millisecond, "Shutdown waited for the slow master")
+	for _, s := range servers {
+		assert.Equal(t, int64(0), s.Do(t, "EXISTS", "k"))
+	}
+}
