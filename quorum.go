@@ -212,9 +212,7 @@ type attemptOutcome struct {
 	hopeless bool  // more than a minority failed for good (see permanent): a majority cannot answer again
 }
 
-// attempt makes one acquisition of key for token. When it failed, the key
-// is given back on every node, in the background, as each node's reply
-// comes in.
+// attempt makes one acquisition of lk's key, for its token and lease.
 //
 // It is decided as soon as the replies allow, and not before: taken when a
 // majority took the key; contention (err == nil) when a majority answered
@@ -222,34 +220,57 @@ type attemptOutcome struct {
 // failed that a majority cannot answer. While a majority could still
 // answer, or still take the key, it waits. When ctx ends first, err also
 // names the masters that did not answer.
-func (q *quorum) attempt(ctx context.Context, key, token, holder string, ttl time.Duration) attemptOutcome {
+//
+// Each node's call goes on after that, for at most ttl/2 (see straggle),
+// and its outcome is settled, as a chore, once the attempt is decided and
+// the outcome known (by bounded's late callback for a call abandoned at
+// the deadline): a node that took the key, or may have (its outcome is
+// unknown), gives it back when the attempt failed; and when it succeeded,
+// if lk's release has begun by then, since that release may have run on
+// the node before the attempt did, which would leave the key there for its
+// lease. A node whose success comes in before the release begins needs
+// nothing: the release is sent after the reply came, so it runs there
+// after the attempt did.
+func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 	maj, n := q.majority(), len(q.nodes)
+	ttl := lk.clock.ttl
 	actx, cancel := straggle(ctx, max(ttl/2, time.Millisecond))
-	var won atomic.Bool
-	for range q.nodes {
-		q.chores.begin() // ended when the node's outcome is settled
-	}
-	ch := fanOut(actx, q, func(ctx context.Context, node *Locker) (attemptResult, error) {
-		res, err := bounded(ctx, node.direct, func(ctx context.Context) (attemptResult, error) {
-			return runAttempt(ctx, node.client, attemptArgs{key: key, token: token, locker: node.id, holder: holder, ttl: ttl})
-		}, func(res attemptResult, err error) {
-			defer q.chores.end()
-			if !won.Load() && (res.ours || !refused(err)) {
-				node.forget(context.Background(), key, token, mode{})
-			}
-		})
-		if !isAbandoned(err) {
-			q.chores.end()
+	var won bool
+	decided := make(chan struct{}) // closed once won is set
+	var unsettled atomic.Int32
+	unsettled.Store(int32(n))
+	settle := func(node *Locker, res attemptResult, err error) {
+		<-decided
+		if (res.ours || err != nil && !refused(err)) && (!won || releaseBegun(lk)) {
+			node.forget(context.Background(), lk.key, lk.token, mode{})
 		}
-		return res, err
-	})
+		if unsettled.Add(-1) == 0 {
+			cancel()
+		}
+		q.chores.end()
+	}
+	ch := make(chan reply[attemptResult], n)
+	for i, node := range q.nodes {
+		q.chores.begin() // ended by settle
+		go func() {
+			a := attemptArgs{key: lk.key, token: lk.token, locker: node.id, holder: lk.locker.opts.holder, ttl: ttl}
+			res, err := bounded(actx, node.direct, func(ctx context.Context) (attemptResult, error) {
+				return runAttempt(ctx, node.client, a)
+			}, func(res attemptResult, err error) { settle(node, res, err) })
+			ch <- reply[attemptResult]{i, res, err}
+			if !isAbandoned(err) {
+				settle(node, res, err)
+			}
+		}()
+	}
+
 	var ours, other, lost int // lost: failed for good
 	var errs []error
-	decided := func() bool {
+	done := func() bool {
 		answered, failed := ours+other, len(errs)
 		return ours >= maj || failed > n-maj || (answered >= maj && other+failed > n-maj)
 	}
-	got := gather(ctx, q, ch, func(got []reply[attemptResult]) bool {
+	gather(ctx, q, ch, func(got []reply[attemptResult]) bool {
 		r := got[len(got)-1]
 		switch {
 		case r.err != nil && isCtxErr(r.err) && ended(ctx):
@@ -264,18 +285,12 @@ func (q *quorum) attempt(ctx context.Context, key, token, holder string, ttl tim
 		default:
 			other++
 		}
-		return decided()
+		return done()
 	})
-	if ours >= maj {
-		won.Store(true)
-		finish(q, ch, len(got), nil, cancel)
-		return attemptOutcome{taken: true}
-	}
-	for _, r := range got {
-		q.giveBack(key, token, r)
-	}
-	finish(q, ch, len(got), func(r reply[attemptResult]) { q.giveBack(key, token, r) }, cancel)
-	out := attemptOutcome{cut: !decided(), hopeless: lost > n-maj}
+	won = ours >= maj
+	close(decided)
+
+	out := attemptOutcome{taken: won, cut: !done(), hopeless: lost > n-maj}
 	if ours+other < maj {
 		cause := ctx.Err()
 		if out.cut && cause == nil {
@@ -284,6 +299,13 @@ func (q *quorum) attempt(ctx context.Context, key, token, holder string, ttl tim
 		out.err = q.nodeErrors(errs, ours+other+len(errs), cause)
 	}
 	return out
+}
+
+// releaseBegun reports whether lk's release has begun, or lk is released.
+func releaseBegun(lk *Lock) bool {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.releasing || lk.released
 }
 
 // ended reports whether ctx is done or its deadline has passed: the timer
@@ -318,11 +340,9 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, key string, ttl time.Du
 	backoff := o.minBackoff
 	var last error // the last decided attempt's error: nil for contention
 	for attempts := 1; ; attempts++ {
-		token := newToken()
-		start := time.Now()
-		a := q.attempt(ctx, key, token, l.opts.holder, ttl)
+		lk := newLock(l, key, newToken(), mode{}, 0, ttl, time.Now())
+		a := q.attempt(ctx, lk)
 		if a.taken {
-			lk := newLock(l, key, token, mode{}, 0, ttl, start)
 			if err := q.settle(ctx, lk, ttl, o.fencing); err != nil {
 				l.releaseLater(lk)
 				return nil, attempts, failed("acquire", key, err)
