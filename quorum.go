@@ -226,11 +226,13 @@ type attemptOutcome struct {
 // the outcome known (by bounded's late callback for a call abandoned at
 // the deadline): a node that took the key, or may have (its outcome is
 // unknown), gives it back when the attempt failed; and when it succeeded,
-// if lk's release has begun by then, since that release may have run on
-// the node before the attempt did, which would leave the key there for its
-// lease. A node whose success comes in before the release begins needs
-// nothing: the release is sent after the reply came, so it runs there
-// after the attempt did.
+// if lk's release had begun when the node's outcome came in (late): that
+// release may have run on the node before the attempt did, which would
+// leave the key there for its lease. A node whose success came in before
+// the release began needs nothing: the release was sent after the reply
+// came, so it runs there after the attempt did. (Checking when the outcome
+// is settled instead, after the decision, would give back the key on the
+// nodes of the very majority that the release is about to count.)
 func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 	maj, n := q.majority(), len(q.nodes)
 	ttl := lk.clock.ttl
@@ -239,9 +241,9 @@ func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 	decided := make(chan struct{}) // closed once won is set
 	var unsettled atomic.Int32
 	unsettled.Store(int32(n))
-	settle := func(node *Locker, res attemptResult, err error) {
+	settle := func(node *Locker, res attemptResult, err error, late bool) {
 		<-decided
-		if (res.ours || err != nil && !refused(err)) && (!won || releaseBegun(lk)) {
+		if (res.ours || err != nil && !refused(err)) && (!won || late) {
 			node.forget(context.Background(), lk.key, lk.token, mode{})
 		}
 		if unsettled.Add(-1) == 0 {
@@ -256,10 +258,11 @@ func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 			a := attemptArgs{key: lk.key, token: lk.token, locker: node.id, holder: lk.locker.opts.holder, ttl: ttl}
 			res, err := bounded(actx, node.direct, func(ctx context.Context) (attemptResult, error) {
 				return runAttempt(ctx, node.client, a)
-			}, func(res attemptResult, err error) { settle(node, res, err) })
+			}, func(res attemptResult, err error) { settle(node, res, err, releaseBegun(lk)) })
+			late := releaseBegun(lk) // before the reply can count for the lock
 			ch <- reply[attemptResult]{i, res, err}
 			if !isAbandoned(err) {
-				settle(node, res, err)
+				settle(node, res, err, late)
 			}
 		}()
 	}
