@@ -87,6 +87,16 @@ type quorum struct {
 //     on it: each has a deadline of 5 seconds, or of as long as go-redis
 //     may take with a command of that master's client (its ReadTimeout and
 //     retries) plus a second, whichever is longer. Shutdown waits for them.
+//   - A lock's Until allows for the drift of the masters' clocks, as
+//     Redlock does: a lease of ttl that a command sent at S set ends
+//     locally at S + ttl - drift, with drift = ttl/100 + 2ms (the masters'
+//     clocks may run up to 1% fast; Redis counts whole milliseconds), for
+//     the acquisition as for each renewal and Refresh. So just after
+//     Obtain, the validity left, time.Until(lock.Until()), is ttl - elapsed
+//   - drift, where elapsed is the time since the acquiring attempt was
+//     sent. A ttl below 10ms leaves too little room for that: Obtain,
+//     TryObtain, WithLock (WithTTL) and Refresh return ErrInvalidTTL for
+//     it, before anything is sent.
 //   - Each operation goes to every master at once: the cost of a round trip
 //     is that of the slowest master of the fastest majority.
 //
@@ -117,6 +127,50 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 
 // majority is how many nodes make a majority.
 func (q *quorum) majority() int { return len(q.nodes)/2 + 1 }
+
+// minQuorumTTL is the shortest lease of a quorum lock: its drift
+// allowance (quorumDrift) must leave room for the round trips.
+const minQuorumTTL = 10 * time.Millisecond
+
+// quorumDrift is how much earlier than its ttl a quorum lock's lease ends
+// on the local clock (see leaseClock.lease), Redlock's allowance: 1% of
+// the lease for the masters' clocks, which measure it, running faster than
+// this process's; and 2ms for Redis's millisecond resolution (the scripts
+// read Redis's clock cut to the millisecond, and Redis expires keys by a
+// millisecond clock).
+//
+// The lease clock's invariant (until never later than the expiry on a
+// majority) holds with it: leaseClock's argument, node by node, only uses
+// that a command sent at S that sets a lease of ttl, and that a node runs
+// at E >= S, leaves the key there until at least E + ttl on the local
+// clock. With the masters' clocks running at most 1% fast, and their
+// millisecond resolution costing at most 2ms, it leaves the key there
+// until at least E + ttl - quorumDrift(ttl) instead: the argument goes
+// through with every lease of ttl counted as ttl - quorumDrift(ttl), which
+// is what the clock counts. That length grows with ttl (0.99 ttl - 2ms), so comparing leases
+// by their ttl (as the clock's pruning does) still compares their lengths.
+func quorumDrift(ttl time.Duration) time.Duration {
+	return ttl/100 + 2*time.Millisecond
+}
+
+// newQuorumLock returns the lock on key held by token since a command
+// sent at start set its lease to ttl on a majority: its lease clock allows
+// for drift.
+func newQuorumLock(l *Locker, key, token string, ttl time.Duration, start time.Time) *Lock {
+	lk := newLock(l, key, token, mode{}, 0, ttl, start)
+	lk.clock.drift = true
+	lk.clock.until = start.Add(lk.clock.lease(ttl))
+	return lk
+}
+
+// checkTTL refuses a lease shorter than minQuorumTTL; q may be nil (a
+// Locker of one deployment), which refuses nothing.
+func (q *quorum) checkTTL(ttl time.Duration) error {
+	if q == nil || ttl >= minQuorumTTL {
+		return nil
+	}
+	return fmt.Errorf("%w; a quorum lock's must be at least %v (got %v)", ErrInvalidTTL, minQuorumTTL, ttl)
+}
 
 // check refuses the options a quorum Locker does not support.
 func (q *quorum) check(o *options) error {
@@ -343,7 +397,7 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, key string, ttl time.Du
 	backoff := o.minBackoff
 	var last error // the last decided attempt's error: nil for contention
 	for attempts := 1; ; attempts++ {
-		lk := newLock(l, key, newToken(), mode{}, 0, ttl, time.Now())
+		lk := newQuorumLock(l, key, newToken(), ttl, time.Now())
 		a := q.attempt(ctx, lk)
 		if a.taken {
 			if err := q.settle(ctx, lk, ttl, o.fencing); err != nil {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -531,4 +532,49 @@ func TestQuorum_StragglerAfterRelease(t *testing.T) {
 		assert.Equal(t, int64(0), s.Do(t, "EXISTS", "k"))
 	}
 	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
+// A quorum lock's Until allows for clock drift as Redlock does: a lease of
+// ttl set by a command sent at S ends, locally, at S + ttl - (ttl/100 +
+// 2ms), for the acquisition and for each Refresh; it is never later than
+// the expiry on the masters. A ttl below 10ms is refused (ErrInvalidTTL)
+// by Obtain, TryObtain and Refresh before anything is sent.
+func TestQuorum_Drift(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	clients := quorumClients(t, addrsOf(servers))
+	var sent atomic.Int64
+	for _, c := range clients {
+		c.(*redis.Client).AddHook(hook{before: func(redis.Cmder) { sent.Add(1) }})
+	}
+	locker := redislock.NewQuorum(clients)
+	drift := func(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+	before := time.Now()
+	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
+	after := time.Now()
+	require.NoError(t, err)
+	assert.WithinRange(t, lk.Until(), before.Add(10*time.Second-drift(10*time.Second)), after.Add(10*time.Second-drift(10*time.Second)))
+	before = time.Now()
+	require.NoError(t, lk.Refresh(ctx, 20*time.Second))
+	after = time.Now()
+	assert.WithinRange(t, lk.Until(), before.Add(20*time.Second-drift(20*time.Second)), after.Add(20*time.Second-drift(20*time.Second)))
+	for _, s := range servers {
+		asked := time.Now()
+		pttl := s.Do(t, "PTTL", "k").(int64)
+		assert.False(t, lk.Until().After(asked.Add(time.Duration(pttl+1)*time.Millisecond)), "Until is not later than the expiry")
+	}
+
+	n := sent.Load()
+	_, err = locker.Obtain(ctx, "short", 9*time.Millisecond)
+	assert.ErrorIs(t, err, redislock.ErrInvalidTTL)
+	_, err = locker.TryObtain(ctx, "short", 9*time.Millisecond)
+	assert.ErrorIs(t, err, redislock.ErrInvalidTTL)
+	assert.ErrorIs(t, lk.Refresh(ctx, 9*time.Millisecond), redislock.ErrInvalidTTL)
+	assert.Equal(t, n, sent.Load(), "nothing was sent")
+	short, err := locker.Obtain(ctx, "short", 10*time.Millisecond)
+	if assert.NotErrorIs(t, err, redislock.ErrInvalidTTL) && err == nil {
+		_ = short.Release(ctx)
+	}
+	require.NoError(t, lk.Release(ctx))
 }
