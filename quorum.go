@@ -73,7 +73,11 @@ type quorum struct {
 //     takes the highest value a majority returned, and writes it to a
 //     majority if fewer than a majority had it already (see
 //     quorum.fence). A fenced acquisition costs one or two more round
-//     trips.
+//     trips. Fences are exact up to 2^53-1 (Lua counts in doubles): a
+//     master whose counter is at 2^53-1 or beyond refuses to increment it,
+//     changing nothing, and when fewer than a majority increment theirs,
+//     the acquisition fails with an error (not ErrNotObtained) and the lock
+//     is released on every master.
 //   - Release returns nil when a majority of the masters released the lock
 //     (or reported it released: see the release mark in Lock.Release),
 //     ErrNotHeld when so many answered that they did not hold it that a

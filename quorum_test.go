@@ -578,3 +578,44 @@ func TestQuorum_Drift(t *testing.T) {
 	}
 	require.NoError(t, lk.Release(ctx))
 }
+
+// Fences are exact up to 2^53-1, the last integer that Lua's numbers hold
+// exactly: a counter at 2^53-2 issues 2^53-1. A counter at 2^53-1 or
+// beyond is refused, unchanged: with a majority of them, the fenced
+// acquisition fails (not ErrNotObtained) and is released on every master;
+// a minority of them leaves the fence to the others.
+func TestQuorum_FenceLimit(t *testing.T) {
+	const exact = 1<<53 - 1
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)), redislock.WithFencing())
+	counter := redislock.SideKey("k", "fence")
+	setCounters := func(values ...int64) {
+		for i, v := range values {
+			servers[i].Do(t, "SET", counter, v)
+		}
+	}
+
+	setCounters(exact-1, exact-1, exact-1)
+	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, int64(exact), lk.Fence())
+	require.NoError(t, lk.Release(ctx))
+
+	setCounters(exact, exact, 1<<53+2)
+	_, err = locker.Obtain(ctx, "k", 10*time.Second)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redislock.ErrNotObtained)
+	require.NoError(t, locker.Shutdown(ctx))
+	for i, want := range []string{"9007199254740991", "9007199254740991", "9007199254740994"} {
+		assert.Equal(t, int64(0), servers[i].Do(t, "EXISTS", "k"), "released on master %d", i)
+		assert.Equal(t, want, servers[i].Do(t, "GET", counter), "unchanged on master %d", i)
+	}
+
+	setCounters(1<<53+10, 5, 7)
+	lk, err = locker.Obtain(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, int64(8), lk.Fence())
+	assert.Equal(t, "9007199254741002", servers[0].Do(t, "GET", counter))
+	require.NoError(t, lk.Release(ctx))
+}
