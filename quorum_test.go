@@ -99,6 +99,19 @@ func TestQuorum_Basics(t *testing.T) {
 	assert.Equal(t, lk.Fence(), info.Fence)
 
 	require.NoError(t, lk.Refresh(ctx, 5*time.Second))
+	refreshed := func() (n int) { // masters with the new lease (the old one was 2s)
+		for _, s := range servers {
+			if s.Do(t, "PTTL", "k").(int64) > 4500 {
+				n++
+			}
+		}
+		return n
+	}
+	assert.GreaterOrEqual(t, refreshed(), 2, "a majority has the new lease when Refresh returns")
+	// TTL reads the first majority to answer, which may hold a master whose
+	// refresh is still on its way (TTL is then rightly the old lease): wait
+	// for every master.
+	require.Eventually(t, func() bool { return refreshed() == len(servers) }, time.Second, time.Millisecond)
 	left, err := lk.TTL(ctx)
 	require.NoError(t, err)
 	assert.InDelta(t, 5*time.Second, left, float64(200*time.Millisecond))
