@@ -60,13 +60,15 @@ type quorum struct {
 //     many failed that a majority cannot answer; it waits for more replies
 //     while neither is known. TryObtain returns ErrNotObtained after
 //     contention, the failure's error after a failure, and an error naming
-//     the masters that did not answer when ctx ended first. An Obtain that
-//     waits until its deadline returns ErrNotObtained when its last attempt
-//     that the replies decided was contention (an attempt the deadline cut
-//     short says nothing about the masters), else that attempt's error. It
-//     ends the wait at once only when more than a minority of the masters
-//     failed for good (a closed client, an error reply that waiting cannot
-//     cure): a majority can no longer answer.
+//     the masters that did not answer when ctx ended before a majority
+//     answered. An Obtain that waits until its deadline returns
+//     ErrNotObtained (with ctx's error) when the last attempt that the
+//     replies decided was contention, and else an error with ctx's and
+//     that attempt's (an attempt that the deadline cut short says nothing
+//     about the masters, unless it was the first). It ends the wait at
+//     once only when more than a minority of the masters failed for good
+//     (a closed client, an error reply that waiting cannot cure): a
+//     majority can no longer answer.
 //   - WithFencing issues fences that keep increasing across holders as
 //     long as no master forgets its counter: after taking the key on a
 //     majority, the acquisition increments the counter on every master,
@@ -95,12 +97,12 @@ type quorum struct {
 //     Redlock does: a lease of ttl that a command sent at S set ends
 //     locally at S + ttl - drift, with drift = ttl/100 + 2ms (the masters'
 //     clocks may run up to 1% fast; Redis counts whole milliseconds), for
-//     the acquisition as for each renewal and Refresh. So just after
-//     Obtain, the validity left, time.Until(lock.Until()), is ttl - elapsed
-//   - drift, where elapsed is the time since the acquiring attempt was
-//     sent. A ttl below 10ms leaves too little room for that: Obtain,
-//     TryObtain, WithLock (WithTTL) and Refresh return ErrInvalidTTL for
-//     it, before anything is sent.
+//     the acquisition as for each renewal and Refresh. So the validity
+//     that Obtain leaves, time.Until(lock.Until()), is
+//     ttl - elapsed - drift, where elapsed is the time since the acquiring
+//     attempt was sent. A ttl below 10ms leaves too little room for that:
+//     Obtain, TryObtain, WithLock (WithTTL) and Refresh return
+//     ErrInvalidTTL for it, before anything is sent.
 //   - Each operation goes to every master at once: the cost of a round trip
 //     is that of the slowest master of the fastest majority.
 //
@@ -151,8 +153,9 @@ const minQuorumTTL = 10 * time.Millisecond
 // millisecond resolution costing at most 2ms, it leaves the key there
 // until at least E + ttl - quorumDrift(ttl) instead: the argument goes
 // through with every lease of ttl counted as ttl - quorumDrift(ttl), which
-// is what the clock counts. That length grows with ttl (0.99 ttl - 2ms), so comparing leases
-// by their ttl (as the clock's pruning does) still compares their lengths.
+// is what the clock counts. That length grows with ttl (0.99 ttl - 2ms),
+// so comparing leases by their ttl (as the clock's pruning does) still
+// compares their lengths.
 func quorumDrift(ttl time.Duration) time.Duration {
 	return ttl/100 + 2*time.Millisecond
 }
@@ -212,7 +215,7 @@ func fanOut[T any](ctx context.Context, q *quorum, f func(ctx context.Context, n
 // the operation is decided (so that a lock is taken and renewed on every
 // master that can, not only on the first majority): it is not cancelled
 // with ctx, and ends at ctx's deadline or after d, whichever comes first.
-// Cancel it with finish.
+// Cancel it once every call has ended (see finish).
 func straggle(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	if dl, ok := ctx.Deadline(); ok {
 		d = min(d, time.Until(dl))
@@ -375,16 +378,6 @@ func releaseBegun(lk *Lock) bool {
 func ended(ctx context.Context) bool {
 	dl, ok := ctx.Deadline()
 	return ctx.Err() != nil || ok && !time.Now().Before(dl)
-}
-
-// giveBack releases key on the node of r, a reply to a failed
-// acquisition, if it took the key or may have. A call abandoned at the
-// deadline gives the key back when its late reply comes (see attempt).
-func (q *quorum) giveBack(key, token string, r reply[attemptResult]) {
-	if r.v.ours || (r.err != nil && !refused(r.err) && !isAbandoned(r.err)) {
-		node := q.nodes[r.node]
-		q.chores.run(func() { node.forget(context.Background(), key, token, mode{}) })
-	}
 }
 
 // acquire is Locker.acquire for a quorum Locker: it makes attempts, with
