@@ -302,7 +302,7 @@ func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 	decided := make(chan struct{}) // closed once won is set
 	var unsettled atomic.Int32
 	unsettled.Store(int32(n))
-	settle := func(node *Locker, res attemptResult, err error, late bool) {
+	settleNode := func(node *Locker, res attemptResult, err error, late bool) {
 		<-decided
 		if (res.ours || err != nil && !refused(err)) && (!won || late) {
 			node.forget(context.Background(), lk.key, lk.token, mode{})
@@ -314,16 +314,16 @@ func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 	}
 	ch := make(chan reply[attemptResult], n)
 	for i, node := range q.nodes {
-		q.chores.begin() // ended by settle
+		q.chores.begin() // ended by settleNode
 		go func() {
 			a := attemptArgs{key: lk.key, token: lk.token, locker: node.id, holder: lk.locker.opts.holder, ttl: ttl}
 			res, err := bounded(actx, node.direct, func(ctx context.Context) (attemptResult, error) {
 				return runAttempt(ctx, node.client, a)
-			}, func(res attemptResult, err error) { settle(node, res, err, releaseBegun(lk)) })
+			}, func(res attemptResult, err error) { settleNode(node, res, err, releaseBegun(lk)) })
 			late := releaseBegun(lk) // before the reply can count for the lock
 			ch <- reply[attemptResult]{i, res, err}
 			if !isAbandoned(err) {
-				settle(node, res, err, late)
+				settleNode(node, res, err, late)
 			}
 		}()
 	}
