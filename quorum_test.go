@@ -550,7 +550,7 @@ func TestQuorum_StragglerAfterRelease(t *testing.T) {
 // A quorum lock's Until allows for clock drift as Redlock does: a lease of
 // ttl set by a command sent at S ends, locally, at S + ttl - (ttl/100 +
 // 2ms), for the acquisition and for each Refresh; it is never later than
-// the expiry on the masters. A ttl below 10ms is refused (ErrInvalidTTL)
+// the expiry on a majority of the masters. A ttl below 10ms is refused (ErrInvalidTTL)
 // by Obtain, TryObtain and Refresh before anything is sent.
 func TestQuorum_Drift(t *testing.T) {
 	servers := startMasters(t, 3)
@@ -572,11 +572,15 @@ func TestQuorum_Drift(t *testing.T) {
 	require.NoError(t, lk.Refresh(ctx, 20*time.Second))
 	after = time.Now()
 	assert.WithinRange(t, lk.Until(), before.Add(20*time.Second-drift(20*time.Second)), after.Add(20*time.Second-drift(20*time.Second)))
+	covered := 0 // masters whose expiry is not before Until: a majority (the third may not have the new lease yet)
 	for _, s := range servers {
 		asked := time.Now()
 		pttl := s.Do(t, "PTTL", "k").(int64)
-		assert.False(t, lk.Until().After(asked.Add(time.Duration(pttl+1)*time.Millisecond)), "Until is not later than the expiry")
+		if !lk.Until().After(asked.Add(time.Duration(pttl+1) * time.Millisecond)) {
+			covered++
+		}
 	}
+	assert.GreaterOrEqual(t, covered, 2, "Until is not later than the expiry on a majority")
 
 	n := sent.Load()
 	_, err = locker.Obtain(ctx, "short", 9*time.Millisecond)
