@@ -637,7 +637,7 @@ func (q *quorum) pttl(ctx context.Context, key, token string) (time.Duration, er
 // neither can be known any more (too many failed), or ctx ended first.
 //
 // Each node's release goes on after that, as a chore (see Shutdown), until
-// it is answered or go-redis gives up on it, for at most the node's
+// it is answered or go-redis gives up on it, with a deadline of the node's
 // releaseBound: not with ctx, which a client that stops at deadlines
 // (ContextTimeoutEnabled) would abandon at the caller's deadline, leaving
 // the lock on that node for its lease.
