@@ -44,6 +44,7 @@ var (
 	// ErrInvalidTTL is returned when a lease ttl is shorter than one
 	// millisecond (zero, negative or sub-millisecond): Redis expiries have
 	// millisecond resolution and a lock without expiry is never created.
+	// A quorum Locker's locks need at least 10 milliseconds (see NewQuorum).
 	// Nothing is sent to Redis.
 	ErrInvalidTTL = errors.New("redislock: invalid ttl: must be at least 1ms")
 

@@ -79,6 +79,16 @@ type leaseClock struct {
 	gen   int64         // the generation of the commands sent from now on
 	cmds  []leaseCmd    // commands that Redis may run after one in flight
 	last  uint64        // the id of the latest command sent
+	drift bool          // a quorum lock's: each lease ends quorumDrift early
+}
+
+// lease is how long a lease of ttl lasts on the local clock: ttl, less
+// quorumDrift(ttl) for a quorum lock (see quorumDrift for the argument).
+func (c *leaseClock) lease(ttl time.Duration) time.Duration {
+	if c.drift {
+		return ttl - quorumDrift(ttl)
+	}
+	return ttl
 }
 
 // A leaseCmd is a command that sets the lease.
@@ -98,7 +108,7 @@ func (c *leaseClock) send(sent time.Time, ttl time.Duration) (id uint64, gen int
 	if ttl != c.ttl {
 		c.gen++
 	}
-	end := sent.Add(ttl)
+	end := sent.Add(c.lease(ttl))
 	if end.Before(c.until) {
 		c.until, moved = end, true
 	}
@@ -130,11 +140,11 @@ func (c *leaseClock) settle(id uint64, out outcome) (moved bool) {
 		c.gen++ // what follows must supersede it, should it run late
 	}
 	if out == outcomeSet {
-		end := me.sent.Add(me.ttl)
+		end := me.sent.Add(c.lease(me.ttl))
 		for _, o := range c.cmds {
 			if o.id != id && o.gen >= me.gen && (o.done.IsZero() || o.failed || o.done.After(me.sent)) {
 				// o may run after me: it leaves at least this.
-				if e := maxTime(me.sent, o.sent).Add(o.ttl); e.Before(end) {
+				if e := maxTime(me.sent, o.sent).Add(c.lease(o.ttl)); e.Before(end) {
 					end = e
 				}
 			}
@@ -236,7 +246,8 @@ func (lk *Lock) Token() string { return lk.token }
 // Until returns when the lease ends as far as this process can tell: the
 // moment the command that set the lease (the acquiring or last successful
 // refreshing command, or a command that confirmed the waiter's place before
-// Redis handed it the lock) was sent, plus its ttl, on the monotonic clock.
+// Redis handed it the lock) was sent, plus its ttl (less an allowance for
+// clock drift, for a quorum lock: see NewQuorum), on the monotonic clock.
 // Redis measures the lease from when it ran that command, a little later,
 // so Redis never frees the lock before Until (clock drift between the
 // machines aside). The lock is certainly not held after Until unless
@@ -457,6 +468,9 @@ func (lk *Lock) release(ctx context.Context) {
 func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return fmt.Errorf("%w (got %v)", ErrInvalidTTL, ttl)
+	}
+	if err := lk.locker.quorum.checkTTL(ttl); err != nil {
+		return err
 	}
 	if lk.handleEnded() {
 		return ErrNotHeld

@@ -27,6 +27,9 @@ import (
 //     their reply comes);
 //   - a renewal or Refresh sets the lease when a majority set it, and finds
 //     the lock lost when so many no longer hold it that a majority cannot;
+//   - a release has released the lock when a majority released it, and
+//     found it not held when so many did not hold it that a majority cannot
+//     have released it; the releases on the other nodes go on;
 //   - TTL is the lease that a majority still has.
 //
 // The lease clock (see leaseClock) holds for the quorum: a command counts as
@@ -51,16 +54,55 @@ type quorum struct {
 //     in a line: waiting is not fair, and a release does not hand the key
 //     over. WithShared, WithPermits and WithReplicas are not supported
 //     (ErrInvalidOption).
-//   - An acquisition fails with ErrNotObtained when a majority of masters
-//     answered and too few of them had the key free, and with an error
-//     joining the masters' errors when fewer than a majority answered.
+//   - An attempt is contention when a majority of the masters answered
+//     (whatever each answered) and fewer than a majority took the key for
+//     it, and a failure, with an error joining the masters' errors, when so
+//     many failed that a majority cannot answer; it waits for more replies
+//     while neither is known. TryObtain returns ErrNotObtained after
+//     contention, the failure's error after a failure, and an error naming
+//     the masters that did not answer when ctx ended before a majority
+//     answered. An Obtain that waits until its deadline returns
+//     ErrNotObtained (with ctx's error) when the last attempt that the
+//     replies decided was contention, and else an error with ctx's and
+//     that attempt's (an attempt that the deadline cut short says nothing
+//     about the masters, unless it was the first). It ends the wait at
+//     once only when more than a minority of the masters failed for good
+//     (a closed client, an error reply that waiting cannot cure): a
+//     majority can no longer answer.
 //   - WithFencing issues fences that keep increasing across holders as
 //     long as no master forgets its counter: after taking the key on a
 //     majority, the acquisition increments the counter on every master,
 //     takes the highest value a majority returned, and writes it to a
 //     majority if fewer than a majority had it already (see
 //     quorum.fence). A fenced acquisition costs one or two more round
-//     trips.
+//     trips. Fences are exact up to 2^53-1 (Lua counts in doubles): a
+//     master whose counter is at 2^53-1 or beyond refuses to increment it,
+//     changing nothing, and when fewer than a majority increment theirs,
+//     the acquisition fails with an error (not ErrNotObtained) and the lock
+//     is released on every master.
+//   - Release returns nil when a majority of the masters released the lock
+//     (or reported it released: see the release mark in Lock.Release),
+//     ErrNotHeld when so many answered that they did not hold it that a
+//     majority cannot have released it, and otherwise an error: when too
+//     many failed to tell (Release may be called again), or when ctx ended
+//     first (the error then says that the release goes on in the
+//     background). It returns as soon as the replies decide, without
+//     waiting for the other masters: their releases go on in the
+//     background, whether or not the client stops at deadlines
+//     (ContextTimeoutEnabled), until each is answered or go-redis gives up
+//     on it: each has a deadline of 5 seconds, or of as long as go-redis
+//     may take with a command of that master's client (its ReadTimeout and
+//     retries) plus a second, whichever is longer. Shutdown waits for them.
+//   - A lock's Until allows for the drift of the masters' clocks, as
+//     Redlock does: a lease of ttl that a command sent at S set ends
+//     locally at S + ttl - drift, with drift = ttl/100 + 2ms (the masters'
+//     clocks may run up to 1% fast; Redis counts whole milliseconds), for
+//     the acquisition as for each renewal and Refresh. So the validity
+//     that Obtain leaves, time.Until(lock.Until()), is
+//     ttl - elapsed - drift, where elapsed is the time since the acquiring
+//     attempt was sent. A ttl below 10ms leaves too little room for that:
+//     Obtain, TryObtain, WithLock (WithTTL) and Refresh return
+//     ErrInvalidTTL for it, before anything is sent.
 //   - Each operation goes to every master at once: the cost of a round trip
 //     is that of the slowest master of the fastest majority.
 //
@@ -91,6 +133,51 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 
 // majority is how many nodes make a majority.
 func (q *quorum) majority() int { return len(q.nodes)/2 + 1 }
+
+// minQuorumTTL is the shortest lease of a quorum lock: its drift
+// allowance (quorumDrift) must leave room for the round trips.
+const minQuorumTTL = 10 * time.Millisecond
+
+// quorumDrift is how much earlier than its ttl a quorum lock's lease ends
+// on the local clock (see leaseClock.lease), Redlock's allowance: 1% of
+// the lease for the masters' clocks, which measure it, running faster than
+// this process's; and 2ms for Redis's millisecond resolution (the scripts
+// read Redis's clock cut to the millisecond, and Redis expires keys by a
+// millisecond clock).
+//
+// The lease clock's invariant (until never later than the expiry on a
+// majority) holds with it: leaseClock's argument, node by node, only uses
+// that a command sent at S that sets a lease of ttl, and that a node runs
+// at E >= S, leaves the key there until at least E + ttl on the local
+// clock. With the masters' clocks running at most 1% fast, and their
+// millisecond resolution costing at most 2ms, it leaves the key there
+// until at least E + ttl - quorumDrift(ttl) instead: the argument goes
+// through with every lease of ttl counted as ttl - quorumDrift(ttl), which
+// is what the clock counts. That length grows with ttl (0.99 ttl - 2ms),
+// so comparing leases by their ttl (as the clock's pruning does) still
+// compares their lengths.
+func quorumDrift(ttl time.Duration) time.Duration {
+	return ttl/100 + 2*time.Millisecond
+}
+
+// newQuorumLock returns the lock on key held by token since a command
+// sent at start set its lease to ttl on a majority: its lease clock allows
+// for drift.
+func newQuorumLock(l *Locker, key, token string, ttl time.Duration, start time.Time) *Lock {
+	lk := newLock(l, key, token, mode{}, 0, ttl, start)
+	lk.clock.drift = true
+	lk.clock.until = start.Add(lk.clock.lease(ttl))
+	return lk
+}
+
+// checkTTL refuses a lease shorter than minQuorumTTL; q may be nil (a
+// Locker of one deployment), which refuses nothing.
+func (q *quorum) checkTTL(ttl time.Duration) error {
+	if q == nil || ttl >= minQuorumTTL {
+		return nil
+	}
+	return fmt.Errorf("%w; a quorum lock's must be at least %v (got %v)", ErrInvalidTTL, minQuorumTTL, ttl)
+}
 
 // check refuses the options a quorum Locker does not support.
 func (q *quorum) check(o *options) error {
@@ -128,7 +215,7 @@ func fanOut[T any](ctx context.Context, q *quorum, f func(ctx context.Context, n
 // the operation is decided (so that a lock is taken and renewed on every
 // master that can, not only on the first majority): it is not cancelled
 // with ctx, and ends at ctx's deadline or after d, whichever comes first.
-// Cancel it with finish.
+// Cancel it once every call has ended (see finish).
 func straggle(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	if dl, ok := ctx.Deadline(); ok {
 		d = min(d, time.Until(dl))
@@ -178,96 +265,156 @@ func (q *quorum) nodeErrors(errs []error, answered int, err error) error {
 	return fmt.Errorf("fewer than a majority (%d of %d) of the masters answered: %w", q.majority(), len(q.nodes), errors.Join(errs...))
 }
 
-// attempt makes one acquisition of key for token: taken reports that a
-// majority took it. When it failed, the key is given back on every node,
-// in the background, as each node's reply comes in.
-func (q *quorum) attempt(ctx context.Context, key, token, holder string, ttl time.Duration) (taken bool, err error) {
+// An attemptOutcome is what one attempt found.
+type attemptOutcome struct {
+	taken    bool  // a majority took the key
+	err      error // nil when a majority answered (taken, or contention); else it joins the masters' errors
+	cut      bool  // ctx ended before the replies decided
+	hopeless bool  // more than a minority failed for good (see permanent): a majority cannot answer again
+}
+
+// attempt makes one acquisition of lk's key, for its token and lease.
+//
+// It is decided as soon as the replies allow, and not before: taken when a
+// majority took the key; contention (err == nil) when a majority answered
+// and too few of them took it for a majority to; a failure when so many
+// failed that a majority cannot answer. While a majority could still
+// answer, or still take the key, it waits. When ctx ends first, err also
+// names the masters that did not answer.
+//
+// Each node's call goes on after that, for at most ttl/2 (see straggle),
+// and its outcome is settled, as a chore, once the attempt is decided and
+// the outcome known (by bounded's late callback for a call abandoned at
+// the deadline): a node that took the key, or may have (its outcome is
+// unknown), gives it back when the attempt failed; and when it succeeded,
+// if lk's release had begun when the node's outcome came in (late): that
+// release may have run on the node before the attempt did, which would
+// leave the key there for its lease. A node whose success came in before
+// the release began needs nothing: the release was sent after the reply
+// came, so it runs there after the attempt did. (Checking when the outcome
+// is settled instead, after the decision, would give back the key on the
+// nodes of the very majority that the release is about to count.)
+func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 	maj, n := q.majority(), len(q.nodes)
+	ttl := lk.clock.ttl
 	actx, cancel := straggle(ctx, max(ttl/2, time.Millisecond))
-	var won atomic.Bool
-	for range q.nodes {
-		q.chores.begin() // ended when the node's outcome is settled
-	}
-	ch := fanOut(actx, q, func(ctx context.Context, node *Locker) (attemptResult, error) {
-		res, err := bounded(ctx, node.direct, func(ctx context.Context) (attemptResult, error) {
-			return runAttempt(ctx, node.client, attemptArgs{key: key, token: token, locker: node.id, holder: holder, ttl: ttl})
-		}, func(res attemptResult, err error) {
-			defer q.chores.end()
-			if !won.Load() && (res.ours || !refused(err)) {
-				node.forget(context.Background(), key, token, mode{})
-			}
-		})
-		if !isAbandoned(err) {
-			q.chores.end()
+	var won bool
+	decided := make(chan struct{}) // closed once won is set
+	var unsettled atomic.Int32
+	unsettled.Store(int32(n))
+	settleNode := func(node *Locker, res attemptResult, err error, late bool) {
+		<-decided
+		if (res.ours || err != nil && !refused(err)) && (!won || late) {
+			node.forget(context.Background(), lk.key, lk.token, mode{})
 		}
-		return res, err
-	})
-	var ours, other int
+		if unsettled.Add(-1) == 0 {
+			cancel()
+		}
+		q.chores.end()
+	}
+	ch := make(chan reply[attemptResult], n)
+	for i, node := range q.nodes {
+		q.chores.begin() // ended by settleNode
+		go func() {
+			a := attemptArgs{key: lk.key, token: lk.token, locker: node.id, holder: lk.locker.opts.holder, ttl: ttl}
+			res, err := bounded(actx, node.direct, func(ctx context.Context) (attemptResult, error) {
+				return runAttempt(ctx, node.client, a)
+			}, func(res attemptResult, err error) { settleNode(node, res, err, releaseBegun(lk)) })
+			late := releaseBegun(lk) // before the reply can count for the lock
+			ch <- reply[attemptResult]{i, res, err}
+			if !isAbandoned(err) {
+				settleNode(node, res, err, late)
+			}
+		}()
+	}
+
+	var ours, other, lost int // lost: failed for good
 	var errs []error
-	got := gather(ctx, q, ch, func(got []reply[attemptResult]) bool {
+	done := func() bool {
+		answered, failed := ours+other, len(errs)
+		return ours >= maj || failed > n-maj || (answered >= maj && other+failed > n-maj)
+	}
+	gather(ctx, q, ch, func(got []reply[attemptResult]) bool {
 		r := got[len(got)-1]
 		switch {
+		case r.err != nil && isCtxErr(r.err) && ended(ctx):
+			return true // the caller's deadline: that says nothing about the master
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("master %d: %w", r.node, r.err))
+			if permanent(r.err) {
+				lost++
+			}
 		case r.v.ours:
 			ours++
 		default:
 			other++
 		}
-		return ours >= maj || other+len(errs) > n-maj
+		return done()
 	})
-	if ours >= maj {
-		won.Store(true)
-		finish(q, ch, len(got), nil, cancel)
-		return true, nil
+	won = ours >= maj
+	close(decided)
+
+	out := attemptOutcome{taken: won, cut: !done(), hopeless: lost > n-maj}
+	if ours+other < maj {
+		cause := ctx.Err()
+		if out.cut && cause == nil {
+			cause = context.DeadlineExceeded // its timer has yet to fire
+		}
+		out.err = q.nodeErrors(errs, ours+other+len(errs), cause)
 	}
-	for _, r := range got {
-		q.giveBack(key, token, r)
-	}
-	finish(q, ch, len(got), func(r reply[attemptResult]) { q.giveBack(key, token, r) }, cancel)
-	if ours+other >= maj {
-		return false, nil // a majority answered: contention
-	}
-	return false, q.nodeErrors(errs, len(got), ctx.Err())
+	return out
 }
 
-// giveBack releases key on the node of r, a reply to a failed
-// acquisition, if it took the key or may have. A call abandoned at the
-// deadline gives the key back when its late reply comes (see attempt).
-func (q *quorum) giveBack(key, token string, r reply[attemptResult]) {
-	if r.v.ours || (r.err != nil && !refused(r.err) && !isAbandoned(r.err)) {
-		node := q.nodes[r.node]
-		q.chores.run(func() { node.forget(context.Background(), key, token, mode{}) })
-	}
+// releaseBegun reports whether lk's release has begun, or lk is released.
+func releaseBegun(lk *Lock) bool {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.releasing || lk.released
+}
+
+// ended reports whether ctx is done or its deadline has passed: the timer
+// that ends ctx may fire after that of a context derived from it (such as
+// straggle's), whose calls then end with the same error first.
+func ended(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(dl)
 }
 
 // acquire is Locker.acquire for a quorum Locker: it makes attempts, with
 // jittered backoff between them (o.wait == 0: one), until one takes the key
-// on a majority, ctx ends, or an error says that trying again cannot help.
-// It also returns how many attempts it made.
+// on a majority, ctx ends, or trying again cannot help: more than a
+// minority of the masters failed for good (a closed client, an error reply
+// that is not transient: see permanent), so a majority cannot answer. It
+// also returns how many attempts it made.
+//
+// An attempt that ctx cut short says nothing about Redis: when the wait
+// ends, the verdict is that of the last attempt the replies decided
+// (contention: ErrNotObtained), or the cut one's when it was the first.
 func (q *quorum) acquire(ctx context.Context, l *Locker, key string, ttl time.Duration, o *options) (*Lock, int, error) {
 	backoff := o.minBackoff
+	var last error // the last decided attempt's error: nil for contention
 	for attempts := 1; ; attempts++ {
-		token := newToken()
-		start := time.Now()
-		taken, err := q.attempt(ctx, key, token, l.opts.holder, ttl)
-		if taken {
-			lk := newLock(l, key, token, mode{}, 0, ttl, start)
+		lk := newQuorumLock(l, key, newToken(), ttl, time.Now())
+		a := q.attempt(ctx, lk)
+		if a.taken {
 			if err := q.settle(ctx, lk, ttl, o.fencing); err != nil {
 				l.releaseLater(lk)
 				return nil, attempts, failed("acquire", key, err)
 			}
 			return lk, attempts, nil
 		}
-		if err != nil && (o.wait == 0 || permanent(err)) {
-			return nil, attempts, failed("acquire", key, err)
+		if !a.cut || attempts == 1 {
+			last = a.err
+		}
+		if last != nil && (o.wait == 0 || a.hopeless) {
+			return nil, attempts, failed("acquire", key, last)
 		}
 		if o.wait == 0 {
 			return nil, attempts, notObtained(key, nil)
 		}
 		if sleep(ctx, nil, backoff) != nil || ctx.Err() != nil {
-			if err != nil {
-				return nil, attempts, fmt.Errorf("redislock: waiting for %s: %w; the last attempt failed: %w", quoteKey(key), ctx.Err(), err)
+			if last != nil {
+				return nil, attempts, fmt.Errorf("redislock: waiting for %s: %w; the last attempt failed: %w", quoteKey(key), ctx.Err(), last)
 			}
 			return nil, attempts, notObtained(key, ctx.Err())
 		}
@@ -483,40 +630,54 @@ func (q *quorum) pttl(ctx context.Context, key, token string) (time.Duration, er
 	return 0, q.nodeErrors(errs, len(got), ctx.Err())
 }
 
-// release releases lk on every node. It waits for every node's reply
-// until ctx ends; the releases go on in the background after that, bounded
-// as a single node's are. It reports released when a node released the
-// lock, notHeld when a majority answered and none held it.
+// release releases lk on every node and returns as soon as the replies
+// decide: released when a majority released it (or reported it released:
+// a release mark, see releaseScript); notHeld (false, nil) when so many
+// did not hold it that a majority cannot have released it; an error when
+// neither can be known any more (too many failed), or ctx ended first.
+//
+// Each node's release goes on after that, as a chore (see Shutdown), until
+// it is answered or go-redis gives up on it, with a deadline of the node's
+// releaseBound: not with ctx, which a client that stops at deadlines
+// (ContextTimeoutEnabled) would abandon at the caller's deadline, leaving
+// the lock on that node for its lease.
 func (q *quorum) release(ctx context.Context, lk *Lock) (released bool, err error) {
-	for range q.nodes {
-		q.chores.begin()
-	}
-	ch := fanOut(ctx, q, func(ctx context.Context, node *Locker) (releaseResult, error) {
-		return detached(ctx, node.direct, node.releaseBound(), func(ctx context.Context) (releaseResult, error) {
-			defer q.chores.end() // it goes on when the caller stops waiting
-			return runRelease(ctx, node.client, releaseArgs{key: lk.key, token: lk.token, locker: node.id, mark: node.releaseMark()})
+	maj, n := q.majority(), len(q.nodes)
+	ch := make(chan reply[releaseResult], n)
+	for i, node := range q.nodes {
+		q.chores.run(func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), node.releaseBound())
+			defer cancel()
+			res, err := runRelease(rctx, node.client, releaseArgs{key: lk.key, token: lk.token, locker: node.id, mark: node.releaseMark()})
+			ch <- reply[releaseResult]{i, res, err}
 		})
-	})
+	}
+	var ok, notHeld int
 	var errs []error
-	var answered int
 	gather(ctx, q, ch, func(got []reply[releaseResult]) bool {
 		r := got[len(got)-1]
 		switch {
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("master %d: %w", r.node, r.err))
 		case r.v.released:
-			released = true
-			answered++
+			ok++
 		default:
-			answered++
+			notHeld++
 		}
-		return false
+		left := n - len(got)
+		return ok >= maj || notHeld > n-maj || (ok+left < maj && notHeld+left <= n-maj)
 	})
 	switch {
-	case released, answered >= q.majority():
-		return released, nil
+	case ok >= maj:
+		return true, nil
+	case notHeld > n-maj:
+		return false, nil
 	}
-	return false, q.nodeErrors(errs, answered+len(errs), ctx.Err())
+	err = errors.Join(errs...)
+	if answered := ok + notHeld + len(errs); answered < n {
+		err = errors.Join(err, fmt.Errorf("%d of %d masters did not answer: %w", n-answered, n, ctx.Err()))
+	}
+	return false, fmt.Errorf("%d of %d masters released the lock and %d did not hold it, too few to decide (a majority is %d): %w", ok, n, notHeld, maj, err)
 }
 
 // endQuorum is Lock.end for a quorum lock, whose release has begun.

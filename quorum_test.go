@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,12 +43,17 @@ func startMasters(t testing.TB, n int, args ...string) []*redistest.Server {
 }
 
 // quorumClients returns a client per address, with short timeouts so that
-// a dead or frozen master costs little.
-func quorumClients(t testing.TB, addrs []string) []redis.UniversalClient {
+// a dead or frozen master costs little (one dial, not go-redis's 5), then
+// opts applied.
+func quorumClients(t testing.TB, addrs []string, opts ...func(*redis.Options)) []redis.UniversalClient {
 	clients := make([]redis.UniversalClient, len(addrs))
 	for i, a := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: a, DialTimeout: 200 * time.Millisecond,
-			ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1})
+		o := &redis.Options{Addr: a, DialTimeout: 200 * time.Millisecond, DialerRetries: 1,
+			ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1}
+		for _, opt := range opts {
+			opt(o)
+		}
+		c := redis.NewClient(o)
 		t.Cleanup(func() { _ = c.Close() })
 		clients[i] = c
 	}
@@ -93,6 +99,19 @@ func TestQuorum_Basics(t *testing.T) {
 	assert.Equal(t, lk.Fence(), info.Fence)
 
 	require.NoError(t, lk.Refresh(ctx, 5*time.Second))
+	refreshed := func() (n int) { // masters with the new lease (the old one was 2s)
+		for _, s := range servers {
+			if s.Do(t, "PTTL", "k").(int64) > 4500 {
+				n++
+			}
+		}
+		return n
+	}
+	assert.GreaterOrEqual(t, refreshed(), 2, "a majority has the new lease when Refresh returns")
+	// TTL reads the first majority to answer, which may hold a master whose
+	// refresh is still on its way (TTL is then rightly the old lease): wait
+	// for every master.
+	require.Eventually(t, func() bool { return refreshed() == len(servers) }, 2*time.Second, time.Millisecond)
 	left, err := lk.TTL(ctx)
 	require.NoError(t, err)
 	assert.InDelta(t, 5*time.Second, left, float64(200*time.Millisecond))
@@ -380,4 +399,240 @@ func quorumChild(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// delayScript makes client wait d before it sends each run of the script
+// whose SHA1 is hash (a slow link to that master, one way).
+func delayScript(client redis.UniversalClient, hash string, d time.Duration) {
+	client.(*redis.Client).AddHook(hook{before: func(cmd redis.Cmder) {
+		if runs(cmd, hash) {
+			time.Sleep(d)
+		}
+	}})
+}
+
+// An attempt that a majority of the masters answered, with too few of them
+// free for it, is contention (ErrNotObtained), even when the masters that
+// failed answered first: with 2 of 5 masters down and the key held on the
+// 3 others, TryObtain and Obtain report ErrNotObtained, not a Redis failure.
+func TestQuorum_ContentionWithMinorityDown(t *testing.T) {
+	servers := startMasters(t, 5)
+	ctx := ctxT(t, 20*time.Second)
+	holder := redislock.NewQuorum(quorumClients(t, addrsOf(servers)))
+	_, err := holder.Obtain(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	servers[0].Kill(t)
+	servers[3].Kill(t)
+	clients := quorumClients(t, addrsOf(servers))
+	for _, i := range []int{1, 2, 4} {
+		delayScript(clients[i], redislock.AcquireScriptHash, 50*time.Millisecond) // the dead answer first
+	}
+	other := redislock.NewQuorum(clients)
+
+	_, err = other.TryObtain(ctx, "k", time.Second)
+	require.ErrorIs(t, err, redislock.ErrNotObtained)
+	_, err = other.Obtain(ctx, "k", time.Second, redislock.WithWait(time.Second))
+	require.ErrorIs(t, err, redislock.ErrNotObtained)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+// An Obtain waits on while a majority may still answer: one closed client
+// (a permanent error) and one master down of 3 fail the attempts, but the
+// master comes back and the lock is obtained. It stops at once, with the
+// closed client's error, when more than a minority failed for good (2
+// closed clients of 3): a majority can no longer answer.
+func TestQuorum_PermanentErrorOfAMinority(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+
+	clients := quorumClients(t, addrsOf(servers))
+	require.NoError(t, clients[0].Close())
+	servers[1].Kill(t)
+	got := obtainAsync(ctx, redislock.NewQuorum(clients), "k", time.Second, redislock.WithWait(5*time.Second))
+	time.Sleep(300 * time.Millisecond)
+	servers[1].Restart(t)
+	o := <-got
+	require.NoError(t, o.err, "a majority (masters 1 and 2) can answer again")
+	require.NoError(t, o.lock.Release(ctx))
+
+	clients = quorumClients(t, addrsOf(servers))
+	require.NoError(t, clients[0].Close())
+	require.NoError(t, clients[2].Close())
+	start := time.Now()
+	_, err := redislock.NewQuorum(clients).Obtain(ctx, "k", time.Second, redislock.WithWait(5*time.Second))
+	require.ErrorIs(t, err, redis.ErrClosed)
+	assert.NotErrorIs(t, err, redislock.ErrNotObtained)
+	assert.Less(t, time.Since(start), time.Second, "hopeless: no wait")
+}
+
+// Release is decided by a majority of the masters: nil when a majority
+// released the lock, ErrNotHeld when so many did not hold it that a
+// majority cannot have released it (here 2 of 3 had lost it), and an error
+// that is neither when too few answered to tell (2 of 3 down).
+func TestQuorum_ReleaseByMajority(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)))
+	obtain := func(key string) *redislock.Lock {
+		lk, err := locker.Obtain(ctx, key, 10*time.Second)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return servers[2].Do(t, "EXISTS", key) == int64(1) }, time.Second, time.Millisecond)
+		return lk
+	}
+
+	lk := obtain("lost on 2")
+	servers[1].Do(t, "DEL", "lost on 2")
+	servers[2].Do(t, "DEL", "lost on 2")
+	assert.ErrorIs(t, lk.Release(ctx), redislock.ErrNotHeld, "released on 1 of 3 only")
+	assert.Equal(t, int64(0), servers[0].Do(t, "EXISTS", "lost on 2"))
+
+	lk = obtain("lost on 1")
+	servers[2].Do(t, "DEL", "lost on 1")
+	require.NoError(t, lk.Release(ctx), "released on 2 of 3")
+
+	lk = obtain("down")
+	servers[1].Kill(t)
+	servers[2].Kill(t)
+	err := lk.Release(ctx)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redislock.ErrNotHeld)
+	assert.Equal(t, int64(0), servers[0].Do(t, "EXISTS", "down"))
+}
+
+// Release returns once a majority released the lock, without waiting for
+// a slow master, and the release on that master goes on in the background
+// (Shutdown waits for it) after the caller's deadline, also with clients
+// that stop at deadlines themselves (ContextTimeoutEnabled).
+func TestQuorum_ReleaseSlowMaster(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	clients := quorumClients(t, addrsOf(servers), func(o *redis.Options) { o.ContextTimeoutEnabled = true })
+	delayScript(clients[2], redislock.ReleaseScriptHash, 1500*time.Millisecond)
+	locker := redislock.NewQuorum(clients)
+	lk, err := locker.Obtain(ctx, "k", 30*time.Second)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return servers[2].Do(t, "EXISTS", "k") == int64(1) }, time.Second, time.Millisecond)
+
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	start := time.Now()
+	require.NoError(t, lk.Release(rctx))
+	assert.Less(t, time.Since(start), 500*time.Millisecond, "decided by masters 0 and 1")
+	require.NoError(t, locker.Shutdown(ctx))
+	assert.Greater(t, time.Since(start), 1500*time.Millisecond, "Shutdown waited for the slow master")
+	for _, s := range servers {
+		assert.Equal(t, int64(0), s.Do(t, "EXISTS", "k"))
+	}
+}
+
+// An acquisition's attempt on a slow master that lands after the lock was
+// released is given back there: obtained on masters 0 and 1, released,
+// then the attempt reaches master 2 and takes the key, which is released
+// at once rather than left for the lease (Shutdown waits for that).
+func TestQuorum_StragglerAfterRelease(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	clients := quorumClients(t, addrsOf(servers))
+	delayScript(clients[2], redislock.AcquireScriptHash, 300*time.Millisecond)
+	locker := redislock.NewQuorum(clients)
+	start := time.Now()
+	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, lk.Release(ctx))
+	assert.Equal(t, int64(0), servers[2].Do(t, "EXISTS", "k"), "the attempt on master 2 is still on its way")
+	require.NoError(t, locker.Shutdown(ctx))
+	for _, s := range servers {
+		assert.Equal(t, int64(0), s.Do(t, "EXISTS", "k"))
+	}
+	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
+// A quorum lock's Until allows for clock drift as Redlock does: a lease of
+// ttl set by a command sent at S ends, locally, at S + ttl - (ttl/100 +
+// 2ms), for the acquisition and for each Refresh; it is never later than
+// the expiry on a majority of the masters. A ttl below 10ms is refused (ErrInvalidTTL)
+// by Obtain, TryObtain and Refresh before anything is sent.
+func TestQuorum_Drift(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	clients := quorumClients(t, addrsOf(servers))
+	var sent atomic.Int64
+	for _, c := range clients {
+		c.(*redis.Client).AddHook(hook{before: func(redis.Cmder) { sent.Add(1) }})
+	}
+	locker := redislock.NewQuorum(clients)
+	drift := func(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+	before := time.Now()
+	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
+	after := time.Now()
+	require.NoError(t, err)
+	assert.WithinRange(t, lk.Until(), before.Add(10*time.Second-drift(10*time.Second)), after.Add(10*time.Second-drift(10*time.Second)))
+	before = time.Now()
+	require.NoError(t, lk.Refresh(ctx, 20*time.Second))
+	after = time.Now()
+	assert.WithinRange(t, lk.Until(), before.Add(20*time.Second-drift(20*time.Second)), after.Add(20*time.Second-drift(20*time.Second)))
+	covered := 0 // masters whose expiry is not before Until: a majority (the third may not have the new lease yet)
+	for _, s := range servers {
+		asked := time.Now()
+		pttl := s.Do(t, "PTTL", "k").(int64)
+		if !lk.Until().After(asked.Add(time.Duration(pttl+1) * time.Millisecond)) {
+			covered++
+		}
+	}
+	assert.GreaterOrEqual(t, covered, 2, "Until is not later than the expiry on a majority")
+
+	n := sent.Load()
+	_, err = locker.Obtain(ctx, "short", 9*time.Millisecond)
+	assert.ErrorIs(t, err, redislock.ErrInvalidTTL)
+	_, err = locker.TryObtain(ctx, "short", 9*time.Millisecond)
+	assert.ErrorIs(t, err, redislock.ErrInvalidTTL)
+	assert.ErrorIs(t, lk.Refresh(ctx, 9*time.Millisecond), redislock.ErrInvalidTTL)
+	assert.Equal(t, n, sent.Load(), "nothing was sent")
+	short, err := locker.Obtain(ctx, "short", 10*time.Millisecond)
+	if assert.NotErrorIs(t, err, redislock.ErrInvalidTTL) && err == nil {
+		_ = short.Release(ctx)
+	}
+	require.NoError(t, lk.Release(ctx))
+}
+
+// Fences are exact up to 2^53-1, the last integer that Lua's numbers hold
+// exactly: a counter at 2^53-2 issues 2^53-1. A counter at 2^53-1 or
+// beyond is refused, unchanged: with a majority of them, the fenced
+// acquisition fails (not ErrNotObtained) and is released on every master;
+// a minority of them leaves the fence to the others.
+func TestQuorum_FenceLimit(t *testing.T) {
+	const exact = 1<<53 - 1
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)), redislock.WithFencing())
+	counter := redislock.SideKey("k", "fence")
+	setCounters := func(values ...int64) {
+		for i, v := range values {
+			servers[i].Do(t, "SET", counter, v)
+		}
+	}
+
+	setCounters(exact-1, exact-1, exact-1)
+	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, int64(exact), lk.Fence())
+	require.NoError(t, lk.Release(ctx))
+
+	setCounters(exact, exact, 1<<53+2)
+	_, err = locker.Obtain(ctx, "k", 10*time.Second)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redislock.ErrNotObtained)
+	require.NoError(t, locker.Shutdown(ctx))
+	for i, want := range []string{"9007199254740991", "9007199254740991", "9007199254740994"} {
+		assert.Equal(t, int64(0), servers[i].Do(t, "EXISTS", "k"), "released on master %d", i)
+		assert.Equal(t, want, servers[i].Do(t, "GET", counter), "unchanged on master %d", i)
+	}
+
+	setCounters(1<<53+10, 5, 7)
+	lk, err = locker.Obtain(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, int64(8), lk.Fence())
+	assert.Equal(t, "9007199254741002", servers[0].Do(t, "GET", counter))
+	require.NoError(t, lk.Release(ctx))
 }
