@@ -757,50 +757,45 @@ func runInspect(ctx context.Context, c redis.Scripter, key string) (Info, error)
 }
 
 // fenceStepScript is a step of a quorum Locker's fence (see quorum.fence):
-// it increments the fence counter, or raises it to a value. Lua's numbers
-// are doubles, exact for integers up to 2^53-1 only: the script keeps the
-// counters it changes and the values it returns within that range, and
-// refuses a step that would leave it, so that no fence is ever rounded.
+// it increments the fence counter, or raises it to a value. Like every
+// script that issues fences (see fenceLua), it keeps the counter within
+// 2^53-1, where Lua's numbers are exact, and refuses a counter that is not
+// a non-negative integer below that.
 //
-//	KEYS[1] the fence counter
+//	KEYS[1] the lock key (for its Cluster slot), KEYS[2] its fence counter
 //	ARGV[1] "0" to increment the counter, or a value to raise it to
-//	returns the counter's value after the step: an integer, or the
-//	        counter's own string when a raise left it as it was (which
-//	        keeps a counter beyond 2^53-1 exact). An error reply, having
-//	        changed nothing, when the counter holds something else than an
-//	        integer, when an increment finds it at 2^53-1 or beyond (or
-//	        below -(2^53-1)), or when ARGV[1] is beyond 2^53-1.
-var fenceStepScript = redis.NewScript(`
-local exact = 9007199254740991 -- 2^53-1
-local raw = redis.call("GET", KEYS[1])
-local v = 0
-if raw then
-	v = tonumber(raw)
-	if not v or not string.match(raw, "^%-?%d+$") then
-		return redis.error_reply("ERR redislock: the fence counter " .. KEYS[1] .. " holds something else than an integer")
-	end
-end
+//	returns the counter's value after the step. An error reply, having
+//	        changed nothing, when the counter is at 2^53-1 or beyond, holds
+//	        something else than a non-negative integer, or ARGV[1] is
+//	        beyond 2^53-1.
+var fenceStepScript = redis.NewScript(fenceLua + `
 if ARGV[1] == "0" then
-	if v >= exact or v < -exact then
-		return redis.error_reply("ERR redislock: the fence counter " .. KEYS[1] .. " is at 2^53-1 or beyond: Lua cannot count on exactly")
+	local fence, err = issueFence()
+	if not fence then
+		return redis.error_reply(err)
 	end
-	return redis.call("INCR", KEYS[1])
+	return fence
+end
+local problem = fenceProblem()
+if problem then
+	return redis.error_reply(problem)
 end
 local to = tonumber(ARGV[1])
-if to > exact then
-	return redis.error_reply("ERR redislock: cannot raise the fence counter " .. KEYS[1] .. " beyond 2^53-1 exactly")
+if to > ` + maxFenceLua + ` then
+	return redis.error_reply("ERR redislock: a fence counter cannot be raised beyond 2^53-1 (the largest integer Lua holds exactly)")
 end
+local v = tonumber(redis.call("GET", KEYS[2]) or "0")
 if v < to then
-	redis.call("SET", KEYS[1], ARGV[1])
+	redis.call("SET", KEYS[2], ARGV[1])
 	return to
 end
-return raw or 0`)
+return v`)
 
 // runFenceStep runs fenceStepScript on key's counter: to is 0 to increment
 // it, or the value to raise it to. An error reply is an error: the step
 // did not run.
 func runFenceStep(ctx context.Context, c redis.Scripter, key string, to int64) (int64, error) {
-	return fenceStepScript.Run(ctx, c, []string{sideKey(key, fenceKind)}, to).Int64()
+	return fenceStepScript.Run(ctx, c, []string{key, sideKey(key, fenceKind)}, to).Int64()
 }
 
 // fencedSetScript writes a value guarded by a fencing token.
