@@ -131,7 +131,7 @@ var errLeaseRanOut = errors.New("the lease ran out before the acquire's reply ar
 // released (which hands it on) before fit returns, as far as forgetWait and
 // ctx allow; errLeaseRanOut when it was no longer held.
 func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bool) error {
-	for {
+	for try := 1; ; try++ {
 		fence := fenced && lk.fence == 0
 		id, gen, _ := lk.setting(ttl)
 		r, err := bounded(ctx, l.direct, func(ctx context.Context) (refreshResult, error) {
@@ -159,9 +159,22 @@ func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bo
 			return nil
 		}
 		// The reply came so late that little of the lease is left: renew
-		// again (until ctx ends).
+		// again, a few times.
+		if try == maxFits {
+			awaitBriefly(ctx, l.releaseLater(lk))
+			return failed("acquire", lk.key, errTTLTooShort)
+		}
 	}
 }
+
+// maxFits bounds the renewals an acquisition makes to get half its ttl
+// (see fit): a ttl shorter than about two round trips to Redis never gets
+// there, and must not loop for as long as ctx lasts.
+const maxFits = 3
+
+// errTTLTooShort is an acquisition's error when maxFits renewals in a row
+// left less than half of the ttl by the time their replies came.
+var errTTLTooShort = errors.New("the ttl is too short for this Redis: after 3 renewals in a row, less than half of it was left when the reply came (round trips take about half the ttl or more); use a longer ttl")
 
 // giveUp ends an Obtain that waited in line: it leaves the line, and
 // releases a lock that was handed or passed to it meanwhile, which passes

@@ -149,6 +149,44 @@ func TestAcquire_StallLongerThanTTL(t *testing.T) {
 	}
 }
 
+// A ttl about as short as a round trip to Redis never leaves half of it
+// by the time a reply comes: Obtain and TryObtain renew a few times, then
+// give up with an error that says the ttl is too short (not ErrNotObtained),
+// and leave no key, also with a ctx that has no deadline. (Here every
+// script is sent 30 ms late, and the ttl is 40 ms; on a machine so loaded
+// that a renewal lands after the expiry, the error says the lease ran out.)
+func TestAcquire_TTLShorterThanRoundTrip(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		rdb, _ := b.client(t)
+		checker, _ := b.client(t)
+		rdb.AddHook(hook{before: func(cmd redis.Cmder) {
+			if name := strings.ToLower(cmd.Name()); name == "evalsha" || name == "eval" {
+				time.Sleep(30 * time.Millisecond)
+			}
+		}})
+		locker := redislock.New(rdb)
+		for name, call := range map[string]func(context.Context, string, time.Duration, ...redislock.Option) (*redislock.Lock, error){
+			"Obtain": locker.Obtain, "TryObtain": locker.TryObtain,
+		} {
+			done := make(chan error, 1)
+			go func() {
+				_, err := call(context.Background(), "k", 40*time.Millisecond)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				require.Error(t, err, name)
+				assert.NotErrorIs(t, err, redislock.ErrNotObtained, name)
+				assert.Regexp(t, "ttl is too short|lease ran out", err.Error(), name)
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s renewed for ever", name)
+			}
+			require.NoError(t, locker.Shutdown(context.Background()))
+			assert.Zero(t, checker.Exists(context.Background(), "k").Val(), "%s left the key", name)
+		}
+	})
+}
+
 // Another owner holds the key the whole time and Redis answers every
 // attempt: each Obtain that waits until its deadline says ErrNotObtained
 // (another owner kept the key until the deadline), also on a client with

@@ -424,7 +424,8 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, key string, ttl time.Du
 
 // settle finishes an acquisition that took the key on a majority: it issues
 // the fence when fenced, and renews the lease when less than half of ttl is
-// left (see Obtain); the lease must not have run out meanwhile.
+// left (see Obtain), at most maxFits times (errTTLTooShort); the lease must
+// not have run out meanwhile.
 func (q *quorum) settle(ctx context.Context, lk *Lock, ttl time.Duration, fenced bool) error {
 	if fenced {
 		fence, err := q.fence(ctx, lk.key)
@@ -433,7 +434,10 @@ func (q *quorum) settle(ctx context.Context, lk *Lock, ttl time.Duration, fenced
 		}
 		lk.fence = fence
 	}
-	for time.Until(lk.Until()) < ttl/2 {
+	for try := 0; time.Until(lk.Until()) < ttl/2; try++ {
+		if try == maxFits {
+			return errTTLTooShort
+		}
 		id, gen, _ := lk.setting(ttl)
 		res := q.refreshAll(ctx, []refreshArgs{{key: lk.key, token: lk.token, ttl: ttl, gen: gen}})[0]
 		lk.settled(id, res.outcome())
