@@ -398,7 +398,7 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, key string, ttl time.Du
 		a := q.attempt(ctx, lk)
 		if a.taken {
 			if err := q.settle(ctx, lk, ttl, o.fencing); err != nil {
-				l.releaseLater(lk)
+				awaitBriefly(ctx, l.releaseLater(lk))
 				return nil, attempts, failed("acquire", key, err)
 			}
 			return lk, attempts, nil
