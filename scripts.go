@@ -148,12 +148,17 @@ local function setExpiry(z)
 	end
 end
 
--- removes the holders of z whose lease ended
+-- removes the holders of z whose lease ended. A lease that ends at e (ms,
+-- Redis clock, cut to the millisecond) lasts while now <= e: a holder set
+-- at E for ttl (e = floor(E) + ttl) keeps its share until at least E + ttl,
+-- as a key with PX ttl does, and the sorted set expires with it (Redis
+-- expires a key at PEXPIREAT e once its clock is past e).
 local function prune(z)
-	local lapsed = redis.call("ZRANGEBYSCORE", z, "-inf", now)
+	local lapsed = redis.call("ZRANGEBYSCORE", z, "-inf", "(" .. now)
 	if #lapsed > 0 then
-		redis.call("ZREMRANGEBYSCORE", z, "-inf", now)
+		redis.call("ZREMRANGEBYSCORE", z, "-inf", "(" .. now)
 		redis.call("HDEL", HOLDERS, unpack(lapsed))
+		redis.call("HDEL", GENS, unpack(lapsed))
 		setExpiry(z)
 	end
 end
@@ -173,13 +178,14 @@ local function fits(mode)
 	return redis.call("ZCARD", K) < tonumber(mode)
 end
 
--- whether token holds the key in mode
+-- whether token holds the key in mode (false, not an error, when the key
+-- holds data of another kind)
 local function holds(token, mode)
 	if mode == "x" then
-		return redis.call("GET", K) == token
+		return redis.pcall("GET", K) == token
 	end
-	local lease = redis.call("ZSCORE", holderSet(mode), token)
-	return lease and tonumber(lease) > now
+	local lease = redis.pcall("ZSCORE", holderSet(mode), token)
+	return type(lease) == "string" and tonumber(lease) >= now
 end
 
 -- makes token hold the key in mode for ttl ms from now; desc (nil: keep
@@ -207,15 +213,35 @@ local function take(token, mode, ttl, desc)
 	setExpiry(z)
 end
 
--- ends token's hold in mode; returns whether it held the key
+-- sets the lease of token, which holds the key in mode, to ttl ms from now,
+-- unless it ends later already: a late copy of an attempt (go-redis sent it
+-- again, and the first copy ran after) never shortens a lease that a
+-- Refresh or a hand-off set since (see leaseClock)
+local function extend(token, mode, ttl)
+	if mode == "x" then
+		if redis.call("PTTL", K) < tonumber(ttl) then
+			redis.call("PEXPIRE", K, ttl)
+			if redis.call("HEXISTS", HOLDERS, token) == 1 and redis.call("PTTL", HOLDERS) < tonumber(ttl) then
+				redis.call("PEXPIRE", HOLDERS, ttl)
+			end
+		end
+		return
+	end
+	local z = holderSet(mode)
+	redis.call("ZADD", z, "GT", now + ttl, token)
+	setExpiry(z)
+end
+
+-- ends token's hold in mode; returns whether it held the key (false, not
+-- an error, when the key holds data of another kind)
 local function drop(token, mode)
 	local held = false
 	if mode == "x" then
-		if redis.call("GET", K) == token then
+		if redis.pcall("GET", K) == token then
 			redis.call("DEL", K)
 			held = true
 		end
-	else
+	elseif redis.call("TYPE", holderSet(mode)).ok == "zset" then
 		local z = holderSet(mode)
 		prune(z)
 		if redis.call("ZREM", z, token) == 1 then
@@ -331,17 +357,21 @@ end
 //	        to its token (a hand-off removes the place for good)
 //	ARGV[7] the mode: "x" exclusive, "s" shared, or a number of permits
 //	ARGV[8] the holder's description, "" for none (see WithHolder)
+//	KEYS[9] the release mark of ARGV[1] (see releaseScript)
 //	returns {1, fence} when the token holds the key now, with the lease
-//	        ARGV[3] from now: it fit with nobody in line, it was handed to
-//	        the token by an earlier script (the waiter had not heard yet),
-//	        or an earlier attempt whose reply was lost had taken it. fence
-//	        is a new fence, or 0 without ARGV[4].
+//	        ARGV[3] from now or longer: it fit with nobody in line, it was
+//	        handed to the token by an earlier script (the waiter had not
+//	        heard yet), or an earlier attempt whose reply was lost had taken
+//	        it (a lease that ends later already is left as it is). fence is
+//	        a new fence, or 0 without ARGV[4].
 //	        {0, ms} when it does not fit: ms is how long until a holder in
 //	        the way may end (-1: unknown). With ARGV[5] > 0 the token now
 //	        has a place in line, kept ARGV[5] ms from now.
 //	        {-1, ms} when the token was to renew its place, and has none:
 //	        the place lapsed, or the key was handed to it and that lease ran
-//	        out. The token must not be used again.
+//	        out; or when the token is spent (its release mark exists: it was
+//	        released, or given up): a late copy of an attempt, which changes
+//	        nothing. The token must not be used again.
 //	        An error reply when the fence could not be issued (the token
 //	        then holds nothing), when a waiter that wants a fence finds the
 //	        counter unusable (it leaves the line), or when a semaphore of
@@ -349,6 +379,9 @@ end
 //	        changed).
 var acquireScript = redis.NewScript(lineLua + `
 local token, ttl, fenced, keep, mode = ARGV[1], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[7]
+if redis.call("EXISTS", KEYS[9]) == 1 then
+	return {-1, -1}
+end
 if mode ~= "x" and mode ~= "s" then
 	local limit = redis.call("GET", LIMIT)
 	if limit and limit ~= mode then
@@ -360,7 +393,8 @@ if queued then
 	handoff(false) -- to the first in line, if it fits: maybe this token
 	queued = redis.call("EXISTS", QUEUE) == 1
 end
-if holds(token, mode) or (not queued and fits(mode)) then
+local mine = holds(token, mode)
+if mine or (not queued and fits(mode)) then
 	local fence, err = askedFence(fenced)
 	if not fence then
 		if drop(token, mode) then
@@ -368,7 +402,11 @@ if holds(token, mode) or (not queued and fits(mode)) then
 		end
 		return redis.error_reply(err)
 	end
-	take(token, mode, ttl, ARGV[8])
+	if mine then
+		extend(token, mode, ttl)
+	else
+		take(token, mode, ttl, ARGV[8])
+	end
 	leave(token)
 	return {1, fence}
 end
@@ -406,9 +444,12 @@ type attemptResult struct {
 
 // call returns the acquireScript run of a.
 func (a attemptArgs) call() scriptCall {
-	return scriptCall{acquireScript, scriptKeys(a.key),
+	return scriptCall{acquireScript, append(scriptKeys(a.key), markKey(a.key, a.token)),
 		[]any{a.token, a.locker, a.ttl.Milliseconds(), flag(a.fenced), a.place.Milliseconds(), flag(!a.renew), a.mode.arg(), a.holder}}
 }
+
+// markKey is the release mark of token's hold of key (see releaseScript).
+func markKey(key, token string) string { return sideKey(key, releasedKind+":"+token) }
 
 // runAttempt runs acquireScript.
 func runAttempt(ctx context.Context, c redis.Scripter, a attemptArgs) (attemptResult, error) {
@@ -437,39 +478,65 @@ func parseAttempt(a attemptArgs, cmd *redis.Cmd) (attemptResult, error) {
 // releaseScript ends a hold or leaves the line, and hands the key to the
 // first in line while it fits.
 //
-//	KEYS    scriptKeys(key), then (KEYS[9]) the release mark of ARGV[1]: a
-//	        key that says, for a while, that the hold of ARGV[1] was released
+// The release mark of a token (KEYS[9]) says, for a while, that the token
+// is spent: its hold was released ("r <handoffs> <token> <fence> <lease>
+// ...": the run's result, for a run that comes again), or it was given up
+// without holding anything ("s"). An attempt of a spent token changes
+// nothing (see acquireScript): a late copy of it, which go-redis sent
+// again after a timeout, cannot take the key or a place after its Obtain
+// gave up or its lock was released.
+//
+//	KEYS    scriptKeys(key), then (KEYS[9]) the release mark of ARGV[1]
 //	ARGV[1] token to release, or to take out of line
 //	ARGV[2] the id of the caller's Locker
 //	ARGV[3] another token to take out of line (the place of a line of the
 //	        caller's Locker that nobody waits in any more), or ""
 //	ARGV[4] how long to keep the release mark, in ms; "0": no mark
 //	ARGV[5] the mode ARGV[1] holds the key in
+//	ARGV[6] "1" to mark ARGV[1] spent also when it held nothing (with
+//	        ARGV[4] > 0), "0" not to
 //	returns {released, handoffs, token, fence, lease, token, fence, lease, ...}:
 //	        released is 1 when ARGV[1] held the key and no longer does, or
 //	        when the mark says that an earlier run of this release did that
 //	        (its reply was lost, and go-redis sent it again), else 0 (the key
 //	        was untouched, and ARGV[1] is no longer in line); handoffs is
 //	        how many places in line got the key; then the hand-offs to
-//	        places of the caller's Locker (see handoff).
+//	        places of the caller's Locker (see handoff), those of the
+//	        earlier run included.
 var releaseScript = redis.NewScript(lineLua + `
-local token, mode = ARGV[1], ARGV[5]
-local released = 0
+local token, mode, keep = ARGV[1], ARGV[5], ARGV[4]
+local released, before = 0, {}
 if drop(token, mode) then
 	released = 1
-	if ARGV[4] ~= "0" then
-		redis.call("SET", KEYS[9], 1, "PX", ARGV[4])
-	end
-elseif ARGV[4] ~= "0" and redis.call("EXISTS", KEYS[9]) == 1 then
-	released = 1
 else
-	leave(token)
+	local mark = keep ~= "0" and redis.call("GET", KEYS[9])
+	if mark and string.sub(mark, 1, 1) == "r" then
+		released = 1 -- by an earlier run of this release, whose reply was lost
+		for word in string.gmatch(string.sub(mark, 2), "%S+") do
+			before[#before + 1] = word
+		end
+	else
+		leave(token)
+	end
 end
 if ARGV[3] ~= "" then
 	leave(ARGV[3])
 end
 local mine, n = handoff(true)
+if keep ~= "0" and released == 1 and #before == 0 then
+	redis.call("SET", KEYS[9], "r " .. n .. " " .. table.concat(mine, " "), "PX", keep)
+elseif keep ~= "0" and released == 0 and ARGV[6] == "1" then
+	redis.call("SET", KEYS[9], "s", "PX", keep, "NX")
+end
 local reply = {released, n}
+if #before > 0 then
+	reply[2] = n + tonumber(before[1])
+	for i = 2, #before, 3 do
+		reply[#reply + 1] = before[i]
+		reply[#reply + 1] = tonumber(before[i + 1])
+		reply[#reply + 1] = tonumber(before[i + 2])
+	end
+end
 for _, v in ipairs(mine) do
 	reply[#reply + 1] = v
 end
@@ -481,6 +548,7 @@ type releaseArgs struct {
 	mode               mode
 	leave              string        // a place to take out of line too, or ""
 	mark               time.Duration // how long to keep the release mark; 0: none
+	spend              bool          // mark the token spent also when it held nothing
 }
 
 // releaseResult is the outcome of a releaseScript run.
@@ -501,8 +569,8 @@ type handoff struct {
 
 // runRelease runs releaseScript.
 func runRelease(ctx context.Context, c redis.Scripter, a releaseArgs) (releaseResult, error) {
-	keys := append(scriptKeys(a.key), sideKey(a.key, releasedKind+":"+a.token))
-	res, err := releaseScript.Run(ctx, c, keys, a.token, a.locker, a.leave, a.mark.Milliseconds(), a.mode.arg()).Slice()
+	keys := append(scriptKeys(a.key), markKey(a.key, a.token))
+	res, err := releaseScript.Run(ctx, c, keys, a.token, a.locker, a.leave, a.mark.Milliseconds(), a.mode.arg(), flag(a.spend)).Slice()
 	if err != nil {
 		return releaseResult{}, err
 	}
@@ -524,7 +592,10 @@ func runRelease(ctx context.Context, c redis.Scripter, a releaseArgs) (releaseRe
 // genLua defines newerGen, the generation check of the scripts that set a
 // lease (see leaseClock): it returns false when Redis has run a command of a
 // later generation for the token, whose lease then must not change, and
-// else records gen, keeping GENS at least as long as a lease of ttl ms.
+// else records gen, keeping GENS at least as long as the lease of ttl ms
+// the command sets: every command of a generation above 0 extends it, so
+// that the record outlives the token's hold, and a late copy of an older
+// generation is refused whenever it comes.
 const genLua = `
 local function newerGen(gens, token, gen, ttl)
 	gen = tonumber(gen)
@@ -534,9 +605,9 @@ local function newerGen(gens, token, gen, ttl)
 	end
 	if gen > ran then
 		redis.call("HSET", gens, token, gen)
-		if redis.call("PTTL", gens) < tonumber(ttl) then
-			redis.call("PEXPIRE", gens, ttl)
-		end
+	end
+	if gen > 0 and redis.call("PTTL", gens) < tonumber(ttl) then
+		redis.call("PEXPIRE", gens, ttl)
 	end
 	return true
 end
@@ -654,7 +725,7 @@ return {1, fence}`)
 //	        -2 when it does not.
 var holderPTTLScript = redis.NewScript(lineLua + `
 local lease = redis.call("ZSCORE", holderSet(ARGV[2]), ARGV[1])
-if lease and tonumber(lease) > now then
+if lease and tonumber(lease) >= now then
 	return tonumber(lease) - now
 end
 return -2`)
@@ -698,7 +769,7 @@ func runPTTL(ctx context.Context, c redis.Scripter, key, token string, m mode) (
 var inspectScript = redis.NewScript(lineLua + `
 local mode, permits, held = "", 0, {}
 local function live(z)
-	local rs = redis.call("ZRANGEBYSCORE", z, "(" .. now, "+inf", "WITHSCORES")
+	local rs = redis.call("ZRANGEBYSCORE", z, now, "+inf", "WITHSCORES")
 	for i = 1, #rs, 2 do
 		held[#held + 1] = rs[i]
 		held[#held + 1] = tonumber(rs[i + 1]) - now
