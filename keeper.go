@@ -263,6 +263,17 @@ func (k *keeper) reschedule(r *renewal) {
 	k.poke()
 }
 
+// hurry makes r due a third of ttl after sent, if that is sooner than it
+// is: a command sent then shortened the lease to ttl, and may not return.
+func (k *keeper) hurry(r *renewal, sent time.Time, ttl time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.renewals[r]; ok && sent.Add(ttl/3).Before(r.due) {
+		r.schedule(sent.Add(ttl), ttl)
+		k.poke()
+	}
+}
+
 // poke wakes loop. k.mu is held.
 func (k *keeper) poke() {
 	if k.run == nil {

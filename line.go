@@ -478,7 +478,7 @@ func (ls *lines) pass(lk *Lock) bool {
 	// The receiver's lease commands start a generation of their own, so that
 	// no late command of the passer can change the lease after them.
 	next := &Lock{locker: lk.locker, key: lk.key, token: lk.token, holds: 1, since: time.Now(),
-		clock: leaseClock{until: lk.clock.until, ttl: w.ttl, gen: lk.clock.gen + 1}}
+		clock: leaseClock{until: lk.clock.until, ttl: w.ttl, gen: lk.clock.gen + 1, genTTL: w.ttl}}
 	ln.waiters = ln.waiters[1:]
 	w.lock = next
 	w.poke()

@@ -39,7 +39,7 @@ type Lock struct {
 // newLock returns the lock on key held by token in mode since a command
 // sent at start set its lease to ttl.
 func newLock(l *Locker, key, token string, m mode, fence int64, ttl time.Duration, start time.Time) *Lock {
-	return &Lock{locker: l, key: key, token: token, mode: m, fence: fence, holds: 1, since: start, clock: leaseClock{until: start.Add(ttl), ttl: ttl}}
+	return &Lock{locker: l, key: key, token: token, mode: m, fence: fence, holds: 1, since: start, clock: leaseClock{until: start.Add(ttl), ttl: ttl, genTTL: ttl}}
 }
 
 // A leaseClock is the end of a lock's lease as this process knows it, on
@@ -51,13 +51,18 @@ func newLock(l *Locker, key, token string, m mode, fence int64, ttl time.Duratio
 // runs late or twice (go-redis sends a command again after a timeout, and a
 // closed connection still delivers what it had sent). The argument:
 //
-//   - Each command carries a generation. A command that changes the lease's
-//     length (Refresh, a claim) starts a new one, and so does the first
-//     command after such a command failed. Redis keeps, per holder, the
-//     highest generation it ran, and refuses a command of a lower one (the
-//     gens key; see refreshScript). So the commands that set the lease, in
-//     the order Redis runs them, are of generations that never go down,
-//     and within a generation all set the same length.
+//   - Each command carries a generation. A command that sets another
+//     length than the one before it (a Refresh to another ttl, a claim, a
+//     renewal after a Refresh that did not return) starts a new one, so
+//     that all the commands of a generation set the same length, whatever
+//     became of those before them (a Refresh abandoned at its deadline may
+//     still run). Redis keeps, per holder, the highest generation it ran,
+//     for as long as the holder's lease lasts, and refuses a command of a
+//     lower one (the gens key; see refreshScript). So the commands that set
+//     the lease, in the order Redis runs them, are of generations that
+//     never go down. An acquire attempt that runs again for a token that
+//     holds the key (a late copy) only lengthens the lease, if anything
+//     (see acquireScript): it cannot move the expiry below until either.
 //   - A command sent at S that sets the lease to ttl sets the expiry to
 //     E + ttl, where E >= S is when Redis runs it; the expiry is that of the
 //     last one Redis ran. send lowers until to S + ttl at once, before Redis
@@ -74,9 +79,10 @@ func newLock(l *Locker, key, token string, m mode, fence int64, ttl time.Duratio
 //     Refresh cannot shorten the lease behind until's back, and a renewal of
 //     the same length stuck on a dead connection does not hold until back.
 type leaseClock struct {
-	until time.Time
-	ttl   time.Duration // the lease renewals set: the acquisition's, or the latest Refresh's
-	gen   int64         // the generation of the commands sent from now on
+	until  time.Time
+	ttl    time.Duration // the lease renewals set: the acquisition's, or the latest Refresh's
+	gen    int64         // the generation of the latest command sent
+	genTTL time.Duration // the length that the commands of generation gen set
 	cmds  []leaseCmd    // commands that Redis may run after one in flight
 	last  uint64        // the id of the latest command sent
 	drift bool          // a quorum lock's: each lease ends quorumDrift early
@@ -102,11 +108,11 @@ type leaseCmd struct {
 }
 
 // send records a command that sets the lease to ttl, sent now, and returns
-// its id and generation. A command that changes the lease's length starts
-// a new generation. moved reports that until changed.
+// its id and generation. A command that sets another length than the one
+// sent before it starts a new generation. moved reports that until changed.
 func (c *leaseClock) send(sent time.Time, ttl time.Duration) (id uint64, gen int64, moved bool) {
-	if ttl != c.ttl {
-		c.gen++
+	if ttl != c.genTTL {
+		c.gen, c.genTTL = c.gen+1, ttl
 	}
 	end := sent.Add(c.lease(ttl))
 	if end.Before(c.until) {
@@ -136,9 +142,6 @@ func (c *leaseClock) settle(id uint64, out outcome) (moved bool) {
 	}
 	c.cmds[i].done, c.cmds[i].failed = now, out == outcomeUnknown
 	me := c.cmds[i]
-	if out == outcomeUnknown && me.ttl != c.ttl {
-		c.gen++ // what follows must supersede it, should it run late
-	}
 	if out == outcomeSet {
 		end := me.sent.Add(c.lease(me.ttl))
 		for _, o := range c.cmds {
@@ -200,16 +203,25 @@ func (c *leaseClock) busy() bool {
 // sent now, and returns its id and generation; ok is false when lk is
 // released or being released (a pass hands its lease on: nothing may
 // change it any more). settled records the outcome. Both move the
-// lost-lock timer of KeepAlive along with the lease.
+// lost-lock timer of KeepAlive along with the lease. When a command
+// shortens the lease (a Refresh to a shorter ttl), the next renewal is
+// made due a third of that ttl later, so that the lease is renewed in time
+// should the command never return (a dead connection).
 func (lk *Lock) setting(ttl time.Duration) (id uint64, gen int64, ok bool) {
 	lk.mu.Lock()
-	defer lk.mu.Unlock()
 	if lk.released || lk.releasing {
+		lk.mu.Unlock()
 		return 0, 0, false
 	}
-	id, gen, moved := lk.clock.send(time.Now(), ttl)
+	sent := time.Now()
+	id, gen, moved := lk.clock.send(sent, ttl)
+	r := lk.renewal
 	if moved {
 		lk.moveExpiry()
+	}
+	lk.mu.Unlock()
+	if moved && r != nil {
+		lk.locker.keeper.hurry(r, sent, ttl)
 	}
 	return id, gen, true
 }
