@@ -189,7 +189,7 @@ func TestQuorum_MinorityPartition(t *testing.T) {
 	}
 	cut := func() {
 		for _, p := range proxies[:3] {
-			p.add("blackhole", "timeout", "downstream", map[string]any{"timeout": 0})
+			p.add("blackhole", "blackhole", "downstream", nil)
 			t.Cleanup(func() { p.remove("blackhole") })
 		}
 	}

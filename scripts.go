@@ -178,14 +178,14 @@ local function fits(mode)
 	return redis.call("ZCARD", K) < tonumber(mode)
 end
 
--- whether token holds the key in mode (false, not an error, when the key
--- holds data of another kind)
+-- whether token holds the key in mode (a WRONGTYPE error when the key
+-- holds data of another kind: an acquisition cannot wait that out)
 local function holds(token, mode)
 	if mode == "x" then
-		return redis.pcall("GET", K) == token
+		return redis.call("GET", K) == token
 	end
-	local lease = redis.pcall("ZSCORE", holderSet(mode), token)
-	return type(lease) == "string" and tonumber(lease) >= now
+	local lease = redis.call("ZSCORE", holderSet(mode), token)
+	return lease and tonumber(lease) >= now
 end
 
 -- makes token hold the key in mode for ttl ms from now; desc (nil: keep
