@@ -28,10 +28,12 @@ func (l *Locker) tryOnce(ctx context.Context, key string, ttl time.Duration, o *
 		res, err := l.attemptAcked(ctx, a, o.replicas)
 		l.noteErr(err)
 		return res, err
-	}, func(res attemptResult, err error) {
+	}, func(_ attemptResult, err error) {
 		defer l.chores.end()
-		if res.ours || (err != nil && !refused(err)) {
-			l.forget(context.Background(), key, a.token, o.mode) // a late success: undo it
+		if !refused(err) {
+			// Abandoned at the deadline: undo what it did, and what a
+			// copy that go-redis sent again may still do.
+			l.forget(context.Background(), key, a.token, o.mode, 0)
 		}
 	})
 	if !isAbandoned(err) {
@@ -49,10 +51,16 @@ func (l *Locker) tryOnce(ctx context.Context, key string, ttl time.Duration, o *
 		}
 		return lk, nil
 	case err == nil:
+		if l.mayResend(time.Since(start)) {
+			l.forget(ctx, key, a.token, o.mode, forgetWait) // a first copy may still run
+		}
 		return nil, notObtained(key, nil)
+	case errors.Is(err, ErrNotReplicated):
+		// It took the key: nothing is held once ErrNotReplicated returns.
+		err = released(err, l.forget(ctx, key, a.token, o.mode, l.releaseBound()))
 	case !refused(err) && !isAbandoned(err):
 		// The attempt may have run: if it took the key, give it back.
-		l.forget(ctx, key, a.token, o.mode)
+		l.forget(ctx, key, a.token, o.mode, forgetWait)
 	}
 	return nil, failed("acquire", key, err)
 }
@@ -65,15 +73,16 @@ func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *op
 	ln, w := l.lines.join(l, key, ttl, o)
 	for {
 		s := l.lines.next(l, ln, w)
-		if s.lock != nil {
-			s.lock.replicas = o.replicas
-		}
 		switch {
-		case s.lock != nil && !s.claim && o.replicas.n == 0:
-			return s.lock, attempts, nil
 		case s.lock != nil:
-			// The lock was handed or passed over without an acknowledged
-			// write of ours: fit writes one (see WithReplicas).
+			s.lock.replicas = o.replicas
+			if !s.claim && o.replicas.n == 0 && time.Until(s.lock.Until()) >= w.ttl/2 {
+				return s.lock, attempts, nil
+			}
+			// The lock was handed or passed over with another lease or no
+			// fence, or without an acknowledged write of ours (see
+			// WithReplicas), or less than half of its lease is left (the
+			// waiter woke late): fit renews it.
 			err := l.fit(ctx, s.lock, w.ttl, w.fenced)
 			if err == nil {
 				return s.lock, attempts, nil
@@ -88,7 +97,7 @@ func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *op
 			return nil, attempts, failed("acquire", key, s.err)
 		case s.attempt != nil:
 			attempts++
-			l.attempt(ctx, ln, w, s.attempt)
+			l.attempt(ln, s.attempt)
 		default:
 			_ = sleep(ctx, w.wake, s.wait)
 		}
@@ -101,22 +110,20 @@ func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *op
 	}
 }
 
-// attempt sends the line's attempt a. Its outcome settles the line, also
-// when ctx ends first and the attempt is abandoned. After an error the head
-// waits for its backoff before the next attempt.
-func (l *Locker) attempt(ctx context.Context, ln *line, w *waiter, a *attemptArgs) {
+// attempt sends the line's attempt a in the background. Its outcome
+// settles the line (see lines.attempted), which wakes the head: a waiter
+// never waits for a reply, so that a stuck one holds up neither its
+// deadline nor a lock passed to it. It is bounded as a release is (by
+// go-redis's own timeouts and retries), not by the Obtain that sent it:
+// its outcome matters to the line's other waiters.
+func (l *Locker) attempt(ln *line, a *attemptArgs) {
 	start := time.Now()
-	l.chores.begin()
-	_, err := bounded(ctx, l.direct, func(ctx context.Context) (struct{}, error) {
-		defer l.chores.end() // the line settles the outcome, also a late one
+	l.chores.run(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), l.releaseBound())
+		defer cancel()
 		res, err := runAttempt(ctx, l.client, *a)
 		l.lines.attempted(l, ln, a, start, res, err)
-		return struct{}{}, err
-	}, nil)
-	if err != nil {
-		w.retryAt = time.Now().Add(w.poll)
-		w.poll = nextBackoff(w.poll, &l.opts)
-	}
+	})
 }
 
 // errLeaseRanOut is fit's error when the lease ran out before it could be
@@ -143,8 +150,11 @@ func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bo
 		case err == nil && !r.held:
 			lk.markLost()
 			return failed("acquire", lk.key, errLeaseRanOut)
+		case errors.Is(err, ErrNotReplicated):
+			// Nothing is held once ErrNotReplicated returns.
+			return failed("acquire", lk.key, released(err, await(ctx, l.releaseLater(lk), l.releaseBound())))
 		case err != nil:
-			awaitBriefly(ctx, l.releaseLater(lk))
+			await(ctx, l.releaseLater(lk), forgetWait)
 			return failed("acquire", lk.key, err)
 		}
 		if r.set {
@@ -161,7 +171,7 @@ func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bo
 		// The reply came so late that little of the lease is left: renew
 		// again, a few times.
 		if try == maxFits {
-			awaitBriefly(ctx, l.releaseLater(lk))
+			await(ctx, l.releaseLater(lk), forgetWait)
 			return failed("acquire", lk.key, errTTLTooShort)
 		}
 	}
@@ -174,7 +184,7 @@ const maxFits = 3
 
 // errTTLTooShort is an acquisition's error when maxFits renewals in a row
 // left less than half of the ttl by the time their replies came.
-var errTTLTooShort = errors.New("the ttl is too short for this Redis: after 3 renewals in a row, less than half of it was left when the reply came (round trips take about half the ttl or more); use a longer ttl")
+var errTTLTooShort = fmt.Errorf("%w: too short for this Redis: after 3 renewals in a row, less than half of it was left when the reply came (round trips take about half the ttl or more); use a longer ttl", ErrInvalidTTL)
 
 // giveUp ends an Obtain that waited in line: it leaves the line, and
 // releases a lock that was handed or passed to it meanwhile, which passes
@@ -228,27 +238,54 @@ const (
 )
 
 // forget deletes the key if it holds token (handing it on to the next in
-// line), ignoring the outcome: a lease that is left expires by itself. It
-// waits for that at most forgetWait, and not past the end of ctx.
-func (l *Locker) forget(ctx context.Context, key, token string, m mode) {
+// line), takes token out of line, and marks it spent, so that a copy of an
+// attempt that go-redis sent again and that runs later takes nothing (see
+// leave). It ignores the outcome: a lease that is left expires by itself.
+// It waits for that at most wait, and not past the end of ctx, and reports
+// whether it is done.
+func (l *Locker) forget(ctx context.Context, key, token string, m mode, wait time.Duration) bool {
 	done := make(chan struct{})
 	l.chores.run(func() {
 		defer close(done)
-		l.leave(key, token, m)
+		l.leave(key, token, m, true)
 	})
-	awaitBriefly(ctx, done)
+	return await(ctx, done, wait)
 }
 
-// awaitBriefly waits until done is closed, at most forgetWait, and not past
-// the end of ctx.
-func awaitBriefly(ctx context.Context, done <-chan struct{}) {
-	t := time.NewTimer(forgetWait)
+// await waits until done is closed, at most d, and not past the end of ctx;
+// it reports whether done was closed.
+func await(ctx context.Context, done <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-done:
+		return true
 	case <-t.C:
 	case <-ctx.Done():
 	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+// released is the error err of an acquisition whose lock was given back:
+// when the release is done, and when it goes on.
+func released(err error, done bool) error {
+	if done {
+		return fmt.Errorf("%w; the lock was released", err)
+	}
+	return fmt.Errorf("%w; the lock's release goes on in the background", err)
+}
+
+// mayResend reports whether go-redis may have sent a command that took d
+// twice: it sends a command again when a read times out (MaxRetries), and
+// the first copy may still run, later. A call shorter than the client's
+// ReadTimeout did not time out.
+func (l *Locker) mayResend(d time.Duration) bool {
+	return l.retries > 0 && l.read > 0 && d >= l.read
 }
 
 // sleep waits until wake, d (0: no limit) or the end of ctx.

@@ -66,8 +66,15 @@ func (c *chores) wait(ctx context.Context) error {
 // their deadline took and give back. Without it, a process that exits right
 // after an Obtain gave up may leave its place in line for up to a second,
 // and be handed the key meanwhile, which then stays taken for that
-// Obtain's ttl. Call it before the process exits, after the last Release.
-// The Locker stays usable; leases kept alive are not touched.
+// Obtain's ttl. It also ends the Locker's pub/sub subscription, once no
+// Obtain waits (within 100 ms, or once go-redis gives up on a network that
+// does not answer), and waits for it, so that no goroutine of the Locker is
+// left when it returns nil. Call it before the process exits, after
+// the last Release. The Locker stays usable; leases kept alive are not
+// touched.
 func (l *Locker) Shutdown(ctx context.Context) error {
-	return l.chores.wait(ctx)
+	if err := l.chores.wait(ctx); err != nil {
+		return err
+	}
+	return l.lines.subscriptionEnded(ctx)
 }

@@ -45,8 +45,11 @@ var (
 	// millisecond (zero, negative or sub-millisecond): Redis expiries have
 	// millisecond resolution and a lock without expiry is never created.
 	// A quorum Locker's locks need at least 10 milliseconds (see NewQuorum).
-	// Nothing is sent to Redis.
-	ErrInvalidTTL = errors.New("redislock: invalid ttl: must be at least 1ms")
+	// Nothing is sent to Redis. An acquisition also returns it when the ttl
+	// proved too short for the round trips to Redis: renewed 3 times in a
+	// row, less than half of it was left each time the reply came (see
+	// Obtain); the lock was given back. Use a longer ttl.
+	ErrInvalidTTL = errors.New("redislock: invalid ttl")
 
 	// ErrInvalidOption is returned when an Option given to New or to a call
 	// has an invalid value (a nil Option, a negative wait, a backoff whose

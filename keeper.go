@@ -15,7 +15,9 @@ import (
 // kept lease is cancelled when the lock is lost: a renewal found the key gone
 // or owned by another token, or no renewal succeeded before the lease ran out
 // (Redis or the network hung). The work done under the lock must stop; it may
-// overlap with the next holder's from then on. WithLock's error wraps it too.
+// overlap with the next holder's from then on. WithLock's error wraps it too,
+// and so does that of an Obtain, TryObtain or WithLock whose ctx carries a
+// lost lock of the key (see Lock.Context).
 var ErrLockLost = errors.New("redislock: lock lost")
 
 // How the keeper renews, and when it gives up (the numbers, and why):
@@ -134,6 +136,7 @@ func (lk *Lock) moveExpiry() {
 type leaseContext struct {
 	context.Context // the cancelable context; Done, Value and Cause are its
 	r               *renewal
+	cancel          context.CancelCauseFunc // of a joined handle's context (see keepJoined), or nil
 }
 
 func (c leaseContext) Err() error {
@@ -142,6 +145,9 @@ func (c leaseContext) Err() error {
 	}
 	if time.Since(epoch) >= time.Duration(c.r.end.Load()) {
 		c.r.lose()
+		if c.cancel != nil {
+			c.cancel(ErrLockLost) // at once, not when r's context tells it
+		}
 		return c.Context.Err()
 	}
 	return nil

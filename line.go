@@ -3,7 +3,9 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
 	mathrand "math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 )
@@ -37,14 +39,22 @@ import (
 //     placeRenew, and earlier when the holder's lease ends (an expiry
 //     announces nothing); an attempt that finds the key handed to it takes
 //     it. While the Locker's subscription is not confirmed the head polls,
-//     with jittered backoff (WithBackoff).
+//     with jittered backoff (WithBackoff). Attempts run in the background
+//     (lines.attempted settles their outcome): a waiter waits for the line,
+//     never for a reply, so a lock passed to the head while its attempt is
+//     stuck is taken at once. A renewal not answered within a quarter of
+//     what is left of the place is sent again (on another connection, as
+//     the keeper hedges renewals of leases): one dead connection does not
+//     cost the place.
 //   - Nothing is orphaned. A line whose waiters all gave up leaves the
-//     queue, or releases the key if it was handed it (which hands it on),
-//     once every command that carries its token has returned, so that no
-//     late command puts it back. A waiter that dies keeps its place until
-//     the place lapses (placeLease after its last renewal); a hand-off to
-//     it meanwhile holds the key for the waiter's ttl, as if it had died
-//     holding the lock.
+//     queue at once, or releases the key if it was handed it (which hands
+//     it on). If a command carrying its token may still run (one is in
+//     flight, or go-redis may have sent one twice: see mayResend), the
+//     clean-up also marks the token spent, and a spent token's attempts
+//     take nothing (see releaseScript), so that no late command puts the
+//     place back. A waiter that dies keeps its place until the place lapses
+//     (placeLease after its last renewal); a hand-off to it meanwhile holds
+//     the key for the waiter's ttl, as if it had died holding the lock.
 //
 // The lease of a handed-over lock is measured from base: when the latest
 // command that confirmed the line's place was sent. A token takes a place
@@ -52,7 +62,8 @@ import (
 // hand-off removes it for good. So a reply that confirms the place comes
 // from a command that ran before any hand-off to the token, and the
 // hand-off set the lease when it ran: Until = base + lease is never later
-// than Redis's expiry, however late the announcement arrives. A renewal
+// than Redis's expiry, however late the announcement arrives. Replies for
+// a token the line has left (it was granted, or spent) are ignored. A renewal
 // that finds the place gone (it lapsed, or a hand-off to it went unheard
 // until its lease ran out) spends the token: the line takes a new place
 // with a new one, and a late announcement for the old one is ignored. A waiter whose lease that leaves
@@ -74,6 +85,12 @@ const (
 	// keeps others' waits short when critical sections are long.
 	maxPasses = 16
 	passSlice = 10 * time.Millisecond
+	// noAnswer is how long an attempt may go unanswered before a wait that
+	// ends is put down to Redis (it did not answer) rather than to the
+	// holder: a healthy Redis answers in well under a millisecond, and a
+	// wrong "Redis failed" only makes a caller retry, while a wrong "held
+	// by another owner" may make it skip work.
+	noAnswer = 250 * time.Millisecond
 )
 
 // errNoAnswer is the error of a wait that no attempt of its line answered.
@@ -91,6 +108,8 @@ type lines struct {
 	byKey   map[string]*line // the lines of exclusive waiters
 	byToken map[string]*line // the lines of one shared or permit waiter each
 	sub     *subscription    // started when a line takes a place; retires when idle
+	subs    []*subscription  // those started, retired or not, that may not have ended
+	quit    bool             // Shutdown waits: the subscription retires once idle, without lingering
 	idle    time.Time        // since when nobody waits, as the subscription saw
 }
 
@@ -118,8 +137,11 @@ type line struct {
 	renewAt  time.Time // when the head renews the place
 	holdEnd  time.Time // when the holder's lease ends, as the latest reply said; zero: unknown
 	check    bool      // a hand-off may have gone unheard: the head asks Redis
-	handed   *handoff  // the key was handed to token; applied once nothing is in flight
-	inflight int       // commands carrying token that have not returned
+	handed   *handoff  // the key was handed to token; applied once the place is confirmed
+	inflight int       // attempts carrying token that have not returned
+	sent     time.Time // when the latest attempt was sent
+	answered time.Time // when the latest reply came
+	suspect  bool      // go-redis may have sent an attempt of token twice (see mayResend)
 	lastErr  error     // the error of the latest attempt; nil when it found the key held
 
 	hold   *Lock       // this Locker's lock on the key, got through the line
@@ -133,11 +155,12 @@ type line struct {
 
 // A waiter is one Obtain in a line.
 type waiter struct {
-	ttl     time.Duration
-	fenced  bool
-	wake    chan struct{} // something changed for the waiter
-	poll    time.Duration // next polling (or retry) delay
-	retryAt time.Time     // after a failed attempt: not before then
+	ttl      time.Duration
+	fenced   bool
+	wake     chan struct{} // something changed for the waiter
+	min, max time.Duration // the bounds of its backoff (WithBackoff)
+	poll     time.Duration // next polling (or retry) delay, while it is the head
+	retryAt  time.Time     // after a failed attempt: not before then
 
 	// set once, under lines.mu
 	lock  *Lock // the lock, handed or passed to the waiter
@@ -159,9 +182,10 @@ func (w *waiter) poke() {
 // passSlice (it was kept for its hold) gives up its place first: a waiter
 // that comes back later is in line behind those that came meanwhile.
 func (ls *lines) join(l *Locker, key string, ttl time.Duration, o *options) (*line, *waiter) {
-	w := &waiter{ttl: ttl, fenced: o.fencing, wake: make(chan struct{}, 1), poll: o.minBackoff}
+	w := &waiter{ttl: ttl, fenced: o.fencing, wake: make(chan struct{}, 1), min: o.minBackoff, max: o.maxBackoff, poll: o.minBackoff}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	ls.quit = false
 	if !o.mode.exclusive() {
 		ln := ls.ownLine(key, o.mode)
 		ln.waiters = append(ln.waiters, w)
@@ -169,8 +193,8 @@ func (ls *lines) join(l *Locker, key string, ttl time.Duration, o *options) (*li
 	}
 	ln := ls.lineFor(key)
 	if len(ln.waiters) == 0 && ln.place != noPlace && ln.inflight == 0 && time.Since(ln.idle) > passSlice {
-		token, m := ln.token, ln.mode
-		l.chores.run(func() { l.leave(key, token, m) })
+		token, m, spend := ln.token, ln.mode, ln.suspect
+		l.chores.run(func() { l.leave(key, token, m, spend) })
 		ls.renewToken(ln)
 	}
 	ln.idle = time.Time{}
@@ -252,8 +276,10 @@ func (ls *lines) next(l *Locker, ln *line, w *waiter) step {
 		return step{lock: w.lock, claim: w.claim}
 	case w.err != nil:
 		return step{err: w.err}
-	case ln.waiters[0] != w, ln.inflight > 0:
+	case ln.waiters[0] != w:
 		return step{}
+	case ln.inflight > 0:
+		return ls.hedge(l, ln, w)
 	}
 	now := time.Now()
 	due := now
@@ -273,13 +299,36 @@ func (ls *lines) next(l *Locker, ln *line, w *waiter) step {
 		return step{wait: due.Sub(now)}
 	}
 	if !ls.sub.isArmed() {
-		w.poll = nextBackoff(w.poll, &l.opts)
+		w.poll = nextBackoff(w.poll, w.min, w.max)
 	}
-	ln.inflight++
 	ln.check = false
+	return step{attempt: ls.send(l, ln, w, now)}
+}
+
+// hedge says what the head w does while attempts of its line are in
+// flight: it waits for their replies, and sends the place's renewal again
+// when it is not answered within a quarter of what is left of the place
+// (at most maxInFlight at once). A first attempt is not sent again: it
+// takes the place, which a hedge must not do twice.
+func (ls *lines) hedge(l *Locker, ln *line, w *waiter) step {
+	if ln.place != placed || ln.inflight >= maxInFlight {
+		return step{}
+	}
+	now := time.Now()
+	at := ln.sent.Add(max(ln.base.Add(placeLease).Sub(ln.sent)/4, minHedge))
+	if at.After(now) {
+		return step{wait: at.Sub(now)}
+	}
+	return step{attempt: ls.send(l, ln, w, now)}
+}
+
+// send returns the line's next attempt, for the head w, sent now.
+func (ls *lines) send(l *Locker, ln *line, w *waiter, now time.Time) *attemptArgs {
+	ln.inflight++
+	ln.sent = now
 	a := &attemptArgs{key: ln.key, token: ln.token, locker: l.id, holder: l.opts.holder, ttl: w.ttl, fenced: w.fenced, mode: ln.mode, place: placeLease, renew: ln.joined}
 	ln.joined = true
-	return step{attempt: a}
+	return a
 }
 
 // attempted settles the line after its attempt a, sent at start.
@@ -287,10 +336,23 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln.inflight--
-	if !isCtxErr(err) {
-		ln.lastErr = err // a caller's deadline says nothing about Redis
-	}
 	l.noteErr(err)
+	if a.token != ln.token {
+		// The line has left the token (it was granted the key, or spent):
+		// nothing of this reply applies.
+		ls.settle(l, ln)
+		return
+	}
+	ln.answered = time.Now()
+	ln.lastErr = err
+	if (err != nil && !refused(err)) || l.mayResend(ln.answered.Sub(start)) {
+		ln.suspect = true
+	}
+	if err != nil && len(ln.waiters) > 0 {
+		h := ln.waiters[0] // waits for its backoff before the next attempt
+		h.retryAt = ln.answered.Add(h.poll)
+		h.poll = nextBackoff(h.poll, h.min, h.max)
+	}
 	switch {
 	case err == nil && res.ours:
 		ln.handed = nil
@@ -322,11 +384,14 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 }
 
 // placed records that a command sent at start confirmed the line's place.
+// Replies of hedged renewals may come in any order: base is the latest.
 func (ls *lines) placed(l *Locker, ln *line, start time.Time) {
 	ln.place = placed
-	ln.base, ln.renewAt = start, start.Add(placeRenew)
+	ln.base = maxTime(ln.base, start)
+	ln.renewAt = ln.base.Add(placeRenew)
 	if ls.sub == nil {
 		ls.sub = l.subscribe()
+		ls.subs = append(slices.DeleteFunc(ls.subs, (*subscription).ended), ls.sub)
 	}
 }
 
@@ -357,15 +422,14 @@ func (ls *lines) renewToken(ln *line) {
 		delete(ls.byToken, ln.token)
 		defer func() { ls.byToken[ln.token] = ln }()
 	}
-	ln.token, ln.place, ln.joined, ln.check, ln.handed, ln.holdEnd = newToken(), noPlace, false, false, nil, time.Time{}
+	ln.token, ln.place, ln.joined, ln.check, ln.handed, ln.holdEnd, ln.suspect = newToken(), noPlace, false, false, nil, time.Time{}, false
 }
 
 // settle brings the line up to date after a change: it applies a pending
-// hand-off once nothing of the line is in flight and wakes the head, and
-// once nobody waits, keeps the line for its hold or detaches it and cleans
-// up its place in Redis.
+// hand-off and wakes the head, and once nobody waits, keeps the line for
+// its hold or detaches it and cleans up its place in Redis.
 func (ls *lines) settle(l *Locker, ln *line) {
-	if h := ln.handed; h != nil && ln.inflight == 0 && len(ln.waiters) > 0 {
+	if h := ln.handed; h != nil && len(ln.waiters) > 0 {
 		switch {
 		case ln.place != placed:
 			ln.check = true // the base is unknown: the head asks Redis
@@ -389,10 +453,13 @@ func (ls *lines) settle(l *Locker, ln *line) {
 		return
 	}
 	ls.detach(ln)
-	if ln.inflight == 0 && (ln.place != noPlace || ln.handed != nil) {
-		ln.place, ln.handed = noPlace, nil
-		ln.inflight++ // the clean-up
-		l.chores.run(func() { l.cleanUp(ln) })
+	if ln.token != "" && (ln.place != noPlace || ln.handed != nil || ln.inflight > 0) {
+		// Clean up now. A command of the token that may still run finds it
+		// spent, and takes nothing; replies to come are for a token the
+		// line has left.
+		key, token, m, spend := ln.key, ln.token, ln.mode, ln.inflight > 0 || ln.suspect
+		ln.token, ln.place, ln.handed = "", noPlace, nil
+		l.chores.run(func() { l.leave(key, token, m, spend) })
 	}
 }
 
@@ -437,7 +504,9 @@ func (w *waiter) fail(err error) {
 
 // leave takes w, whose Obtain gives up, out of its line. It returns the lock
 // if one was handed or passed to w meanwhile (the caller releases it, which
-// passes it on), and the error of the line's latest attempt.
+// passes it on), and the error of the line's latest attempt: nil when it
+// found the key held, unless an attempt sent since has gone unanswered
+// for noAnswer (Redis stopped answering: that is no contention).
 func (ls *lines) leave(l *Locker, ln *line, w *waiter) (*Lock, error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -450,8 +519,12 @@ func (ls *lines) leave(l *Locker, ln *line, w *waiter) (*Lock, error) {
 			break
 		}
 	}
+	last := ln.lastErr
+	if silent := time.Since(ln.sent); last == nil && ln.inflight > 0 && ln.sent.After(ln.answered) && silent > noAnswer {
+		last = fmt.Errorf("%w for %v", errNoAnswer, silent.Round(time.Millisecond))
+	}
 	ls.settle(l, ln)
-	return nil, ln.lastErr
+	return nil, last
 }
 
 // pass gives lk to the head of its line, without a round trip, if lk is the
@@ -502,7 +575,7 @@ func (ls *lines) releasing(lk *Lock) (ln *line, leave string) {
 	if len(ln.waiters) > 0 {
 		return nil, ""
 	}
-	if ln.inflight > 0 || ln.handed != nil || ln.place == noPlace {
+	if ln.inflight > 0 || ln.suspect || ln.handed != nil || ln.place == noPlace {
 		ls.settle(lk.locker, ln) // detaches it, and cleans up what needs it
 		return nil, ""
 	}
@@ -512,14 +585,19 @@ func (ls *lines) releasing(lk *Lock) (ln *line, leave string) {
 }
 
 // released settles a release: the place it gave up for ln (when leave), and
-// the hand-offs it made to lines of this Locker.
+// the hand-offs it made to lines of this Locker. When its outcome is
+// unknown, a hand-off to a line of this Locker may have gone unheard: their
+// heads ask Redis.
 func (ls *lines) released(l *Locker, key string, ln *line, res releaseResult, err error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if err == nil {
+	switch {
+	case err == nil:
 		for _, h := range res.handed {
 			ls.handedTo(l, key, h)
 		}
+	case !refused(err):
+		ls.ask(key)
 	}
 	if ln != nil {
 		ln.inflight--
@@ -544,6 +622,37 @@ func (ls *lines) handedTo(l *Locker, key string, h handoff) {
 	}
 	ln.handed = &h
 	ls.settle(l, ln)
+}
+
+// ask makes the heads of the lines of key ask Redis whether the key was
+// handed to them. ls.mu is held.
+func (ls *lines) ask(key string) {
+	ask := func(ln *line) {
+		if ln.key == key && ln.place == placed && len(ln.waiters) > 0 {
+			ln.check = true
+			ln.waiters[0].poke()
+		}
+	}
+	if ln := ls.byKey[key]; ln != nil {
+		ask(ln)
+	}
+	for _, ln := range ls.byToken {
+		ask(ln)
+	}
+}
+
+// fail ends the wait of every waiter of the Locker with err: the client is
+// closed, and no attempt can be sent any more.
+func (ls *lines) fail(err error) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, m := range []map[string]*line{ls.byKey, ls.byToken} {
+		for _, ln := range m {
+			for _, w := range ln.waiters {
+				w.fail(err)
+			}
+		}
+	}
 }
 
 // heard is called by the subscription for an announced hand-off.
@@ -571,6 +680,23 @@ func (ls *lines) armed(on bool) {
 	}
 }
 
+// subscriptionEnded waits until the Locker's subscriptions have ended, or
+// ctx ends. One that is idle retires at once, without lingering.
+func (ls *lines) subscriptionEnded(ctx context.Context) error {
+	ls.mu.Lock()
+	ls.quit = true
+	subs := slices.Clone(ls.subs)
+	ls.mu.Unlock()
+	for _, s := range subs {
+		select {
+		case <-s.stopped:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 // retire reports whether the subscription s may stop: nobody has waited
 // for linger. It is then no longer the Locker's subscription.
 func (ls *lines) retire(s *subscription, linger time.Duration) bool {
@@ -589,7 +715,7 @@ func (ls *lines) retire(s *subscription, linger time.Duration) bool {
 	if ls.idle.IsZero() {
 		ls.idle = time.Now()
 	}
-	if time.Since(ls.idle) < linger {
+	if time.Since(ls.idle) < linger && !ls.quit {
 		return false
 	}
 	if ls.sub == s {
@@ -600,33 +726,31 @@ func (ls *lines) retire(s *subscription, linger time.Duration) bool {
 
 // leave takes token out of key's line in Redis (a place a line gave up), or
 // releases the key if token holds it (it was handed to that place, or
-// taken by an acquisition that gave up), which hands it on.
-func (l *Locker) leave(key, token string, m mode) {
+// taken by an acquisition that gave up), which hands it on. With spend, it
+// also marks the token spent (see releaseScript), for as long as go-redis
+// may still send a command of it: a copy of an attempt that runs later
+// takes nothing.
+func (l *Locker) leave(key, token string, m mode, spend bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
 	defer cancel()
-	res, err := runRelease(ctx, l.client, releaseArgs{key: key, token: token, locker: l.id, mode: m})
+	a := releaseArgs{key: key, token: token, locker: l.id, mode: m}
+	if spend {
+		a.mark, a.spend = l.releaseMark(), true
+	}
+	res, err := runRelease(ctx, l.client, a)
 	l.lines.released(l, key, nil, res, err)
-}
-
-// cleanUp takes a detached line out of Redis: it leaves the queue, or
-// releases the key if it was handed to the line, which hands it on.
-func (l *Locker) cleanUp(ln *line) {
-	l.leave(ln.key, ln.token, ln.mode)
-	l.lines.mu.Lock()
-	ln.inflight-- // whatever happened: a place left lapses, a key left expires
-	l.lines.mu.Unlock()
 }
 
 // nextBackoff returns the polling delay after prev: drawn at random from
 // [min, 3*prev], capped at max ("decorrelated jitter"), so that polling
 // waiters spread out instead of asking in lockstep.
-func nextBackoff(prev time.Duration, o *options) time.Duration {
+func nextBackoff(prev, min, max time.Duration) time.Duration {
 	hi := 3 * prev
-	if hi > o.maxBackoff {
-		hi = o.maxBackoff
+	if hi > max {
+		hi = max
 	}
-	if hi <= o.minBackoff {
-		return o.minBackoff
+	if hi <= min {
+		return min
 	}
-	return o.minBackoff + mathrand.N(hi-o.minBackoff+1)
+	return min + mathrand.N(hi-min+1)
 }

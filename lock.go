@@ -83,9 +83,9 @@ type leaseClock struct {
 	ttl    time.Duration // the lease renewals set: the acquisition's, or the latest Refresh's
 	gen    int64         // the generation of the latest command sent
 	genTTL time.Duration // the length that the commands of generation gen set
-	cmds  []leaseCmd    // commands that Redis may run after one in flight
-	last  uint64        // the id of the latest command sent
-	drift bool          // a quorum lock's: each lease ends quorumDrift early
+	cmds   []leaseCmd    // commands that Redis may run after one in flight
+	last   uint64        // the id of the latest command sent
+	drift  bool          // a quorum lock's: each lease ends quorumDrift early
 }
 
 // lease is how long a lease of ttl lasts on the local clock: ttl, less
@@ -340,18 +340,21 @@ func (lk *Lock) end(ctx context.Context) error {
 	}
 	ln, leave := l.lines.releasing(lk)
 	l.chores.begin()
-	res, err := detached(ctx, l.direct, l.releaseBound(), func(ctx context.Context) (releaseResult, error) {
+	res, err := detached(ctx, l.direct, l.releaseBound(), func(dctx context.Context) (releaseResult, error) {
 		defer l.chores.end() // it goes on when the caller stops waiting
-		res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, mode: lk.mode, leave: leave, mark: l.releaseMark()})
+		res, err := runRelease(dctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, mode: lk.mode, leave: leave, mark: l.releaseMark()})
 		l.noteErr(err)
 		l.lines.released(l, lk.key, ln, res, err)
+		if err == nil {
+			l.handedOff(ctx, lk.key, false, res.handoffs) // also when the caller stopped waiting
+		}
 		return res, err
 	})
 	switch {
 	case isAbandoned(err):
 		lk.markReleased()
 		return background(lk.key, err)
-	case ctx.Err() != nil && err != nil:
+	case ended(ctx) && err != nil:
 		// go-redis stopped at the deadline (ContextTimeoutEnabled): the
 		// release may not have run; run it again in the background.
 		lk.markReleased()
@@ -364,7 +367,6 @@ func (lk *Lock) end(ctx context.Context) error {
 		return failed("release", lk.key, err)
 	}
 	lk.markReleased() // held or not, it is not ours any more
-	l.handedOff(ctx, lk.key, false, res.handoffs)
 	if !res.released {
 		return ErrNotHeld
 	}
@@ -479,7 +481,7 @@ func (lk *Lock) release(ctx context.Context) {
 // Redis then. An invalid ttl returns ErrInvalidTTL without contacting Redis.
 func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl < time.Millisecond {
-		return fmt.Errorf("%w (got %v)", ErrInvalidTTL, ttl)
+		return fmt.Errorf("%w: must be at least 1ms (got %v)", ErrInvalidTTL, ttl)
 	}
 	if err := lk.locker.quorum.checkTTL(ttl); err != nil {
 		return err

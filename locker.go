@@ -40,16 +40,17 @@ import (
 // Locker queue up together (see Obtain), so sharing one Locker is also what
 // makes waiting cheap.
 type Locker struct {
-	client redis.UniversalClient
-	opts   options
-	id     string        // names the Locker's wake channel and its places in line
-	direct bool          // the client honours ctx deadlines itself (see bounded, timing)
-	retry  time.Duration // how long go-redis may take with one command (see retryWindow)
-	read   time.Duration // the client's ReadTimeout; < 0: none
-	keeper keeper        // renews kept leases
-	lines  lines         // Obtains waiting for keys
-	quorum *quorum       // the masters of a quorum Locker (NewQuorum); nil for others
-	chores *chores       // clean-up in the background (see Shutdown)
+	client  redis.UniversalClient
+	opts    options
+	id      string        // names the Locker's wake channel and its places in line
+	direct  bool          // the client honours ctx deadlines itself (see bounded, timing)
+	retry   time.Duration // how long go-redis may take with one command (see retryWindow)
+	read    time.Duration // the client's ReadTimeout; <= 0: none
+	retries int           // the client's MaxRetries: how often go-redis sends a command again
+	keeper  keeper        // renews kept leases
+	lines   lines         // Obtains waiting for keys
+	quorum  *quorum       // the masters of a quorum Locker (NewQuorum); nil for others
+	chores  *chores       // clean-up in the background (see Shutdown)
 }
 
 // New returns a Locker that acquires locks through client, a go-redis v9
@@ -81,7 +82,7 @@ func newLocker(client redis.UniversalClient, o options) *Locker {
 		client = nil // go-redis's defaults for the timeouts (see timingOf)
 	}
 	t := timingOf(client)
-	l.direct, l.read, l.retry = t.direct, t.read, t.retryWindow()
+	l.direct, l.read, l.retries, l.retry = t.direct, t.read, t.retries, t.retryWindow()
 	return l
 }
 
@@ -100,9 +101,12 @@ func newLocker(client redis.UniversalClient, o options) *Locker {
 // waits for the round under way, then for one round of each Locker whose
 // place is ahead of its own (see the README, "Waiting").
 //
-// The lock returned has at least half of ttl left (Until): when the reply
-// came late, or the wait for a hand-off was long, Obtain renews the lease
-// before it returns.
+// The lock returned has at least half of ttl left (Until) when Obtain is
+// done with it, before the Obtain hook (see Hooks) is called: when the
+// reply came late, or the wait for a hand-off was long, Obtain renews the
+// lease before it returns (at most 3 times: a ttl that round trips to Redis
+// use up fails with an error saying so). A call whose ctx carries the lock
+// (see Lock.Context) joins it instead, with the lease it has.
 //
 // When another owner kept the key until the deadline, the error wraps
 // ErrNotObtained and ctx's error, so both errors.Is(err, ErrNotObtained)
@@ -230,7 +234,7 @@ func (l *Locker) check(key string, ttl time.Duration, o *options) error {
 	case key == "":
 		return ErrInvalidKey
 	case ttl < time.Millisecond:
-		return fmt.Errorf("%w (got %v)", ErrInvalidTTL, ttl)
+		return fmt.Errorf("%w: must be at least 1ms (got %v)", ErrInvalidTTL, ttl)
 	case l.quorum != nil:
 		return l.quorum.check(o)
 	case o.replicas.n > 0 && l.read > 0 && o.replicas.timeout > l.read-waitSlack(l.read):

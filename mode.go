@@ -38,14 +38,17 @@ func (m mode) arg() string {
 // the writer releases, the key goes to every reader in line up to the next
 // writer. Release, Refresh, TTL and KeepAlive work on a shared lock as on
 // any other, for its holder alone: a reader that dies frees its share at
-// the end of its own lease. It cannot be used with WithPermits.
+// the end of its own lease. It cannot be used with WithPermits in the same
+// call (or New). Given to New, it makes every call of the Locker a
+// reader's, unless the call names WithPermits: take the writer's locks with
+// another Locker.
 func WithShared() Option {
 	return func(o *options) {
-		if o.mode.permits > 0 {
+		if o.modeSet && o.mode.permits > 0 {
 			o.invalid(ErrInvalidOption, "WithShared with WithPermits: a key is a read-write lock or a semaphore")
 			return
 		}
-		o.mode = mode{shared: true}
+		o.mode, o.modeSet = mode{shared: true}, true
 	}
 }
 
@@ -63,10 +66,10 @@ func WithPermits(n int) Option {
 		switch {
 		case n < 1:
 			o.invalid(ErrInvalidOption, "WithPermits(%d): need at least 1 permit", n)
-		case o.mode.shared:
+		case o.modeSet && o.mode.shared:
 			o.invalid(ErrInvalidOption, "WithPermits with WithShared: a key is a read-write lock or a semaphore")
 		default:
-			o.mode = mode{permits: n}
+			o.mode, o.modeSet = mode{permits: n}, true
 		}
 	}
 }

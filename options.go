@@ -28,6 +28,7 @@ type options struct {
 	hooks      Hooks         // see WithHooks
 	replicas   replicas      // see WithReplicas
 	holder     string        // see WithHolder
+	modeSet    bool          // WithShared or WithPermits came in this apply (see apply)
 	err        error         // first invalid option, reported by calls
 }
 
@@ -99,8 +100,10 @@ func cut(s string) string {
 }
 
 // apply applies opts in order to a copy of o. The first invalid option is
-// kept in the result's err field.
+// kept in the result's err field. A call's mode option (WithShared,
+// WithPermits) replaces the Locker's; two of them in one apply conflict.
 func (o options) apply(opts []Option) options {
+	o.modeSet = false
 	for _, opt := range opts {
 		if opt == nil {
 			o.invalid(ErrInvalidOption, "nil Option")
@@ -124,7 +127,7 @@ func (o *options) invalid(sentinel error, format string, args ...any) {
 func WithTTL(d time.Duration) Option {
 	return func(o *options) {
 		if d < time.Millisecond {
-			o.invalid(ErrInvalidTTL, "WithTTL(%v)", d)
+			o.invalid(ErrInvalidTTL, "WithTTL(%v): must be at least 1ms", d)
 			return
 		}
 		o.ttl = d.Truncate(time.Millisecond)

@@ -51,6 +51,16 @@ func (l *Locker) subscribe() *subscription {
 	return s
 }
 
+// ended reports whether run has returned.
+func (s *subscription) ended() bool {
+	select {
+	case <-s.stopped:
+		return true
+	default:
+		return false
+	}
+}
+
 // isArmed reports whether announcements reach the Locker. A nil
 // subscription is not armed.
 func (s *subscription) isArmed() bool { return s != nil && s.armed.Load() }
@@ -70,7 +80,14 @@ func (s *subscription) run() {
 		case *redis.Message:
 			s.dispatch(m.Payload)
 		}
-		if err != nil && !isTimeout(err) {
+		switch {
+		case errors.Is(err, redis.ErrClosed):
+			// The client is closed: no waiter can get anything any more,
+			// and each learns it now rather than at its next attempt.
+			s.armed.Store(false)
+			s.locker.lines.fail(err)
+			time.Sleep(retryDelay)
+		case err != nil && !isTimeout(err):
 			// Lost: announcements go unheard until go-redis has
 			// subscribed again. Heads poll meanwhile.
 			if s.armed.Swap(false) {

@@ -176,7 +176,7 @@ func (q *quorum) checkTTL(ttl time.Duration) error {
 	if q == nil || ttl >= minQuorumTTL {
 		return nil
 	}
-	return fmt.Errorf("%w; a quorum lock's must be at least %v (got %v)", ErrInvalidTTL, minQuorumTTL, ttl)
+	return fmt.Errorf("%w: a quorum lock's must be at least %v (got %v)", ErrInvalidTTL, minQuorumTTL, ttl)
 }
 
 // check refuses the options a quorum Locker does not support.
@@ -305,7 +305,7 @@ func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 	settleNode := func(node *Locker, res attemptResult, err error, late bool) {
 		<-decided
 		if (res.ours || err != nil && !refused(err)) && (!won || late) {
-			node.forget(context.Background(), lk.key, lk.token, mode{})
+			node.forget(context.Background(), lk.key, lk.token, mode{}, forgetWait)
 		}
 		if unsettled.Add(-1) == 0 {
 			cancel()
@@ -372,14 +372,6 @@ func releaseBegun(lk *Lock) bool {
 	return lk.releasing || lk.released
 }
 
-// ended reports whether ctx is done or its deadline has passed: the timer
-// that ends ctx may fire after that of a context derived from it (such as
-// straggle's), whose calls then end with the same error first.
-func ended(ctx context.Context) bool {
-	dl, ok := ctx.Deadline()
-	return ctx.Err() != nil || ok && !time.Now().Before(dl)
-}
-
 // acquire is Locker.acquire for a quorum Locker: it makes attempts, with
 // jittered backoff between them (o.wait == 0: one), until one takes the key
 // on a majority, ctx ends, or trying again cannot help: more than a
@@ -398,7 +390,7 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, key string, ttl time.Du
 		a := q.attempt(ctx, lk)
 		if a.taken {
 			if err := q.settle(ctx, lk, ttl, o.fencing); err != nil {
-				awaitBriefly(ctx, l.releaseLater(lk))
+				await(ctx, l.releaseLater(lk), forgetWait)
 				return nil, attempts, failed("acquire", key, err)
 			}
 			return lk, attempts, nil
@@ -418,7 +410,7 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, key string, ttl time.Du
 			}
 			return nil, attempts, notObtained(key, ctx.Err())
 		}
-		backoff = nextBackoff(backoff, o)
+		backoff = nextBackoff(backoff, o.minBackoff, o.maxBackoff)
 	}
 }
 

@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -45,7 +46,8 @@ func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T
 		return f(ctx)
 	}
 	if _, ok := ctx.Deadline(); ok && direct {
-		return f(ctx)
+		v, err := f(ctx)
+		return v, withDeadline(ctx, err)
 	}
 	var zero T
 	type result struct {
@@ -87,13 +89,36 @@ func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T
 // then sees the deadline's error, and must carry on by itself.
 func detached[T any](ctx context.Context, direct bool, d time.Duration, f func(context.Context) (T, error)) (T, error) {
 	if _, ok := ctx.Deadline(); ok && direct {
-		return f(ctx)
+		v, err := f(ctx)
+		return v, withDeadline(ctx, err)
 	}
 	return bounded(ctx, false, func(context.Context) (T, error) {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 		defer cancel()
 		return f(dctx)
 	}, nil)
+}
+
+// withDeadline adds ctx's end to err, the error of a call that go-redis
+// stopped at ctx's deadline itself (ContextTimeoutEnabled): it reports an
+// i/o timeout, which does not say that the deadline passed.
+func withDeadline(ctx context.Context, err error) error {
+	if err == nil || isCtxErr(err) || !ended(ctx) {
+		return err
+	}
+	cause := ctx.Err()
+	if cause == nil {
+		cause = context.DeadlineExceeded // its timer has yet to fire
+	}
+	return fmt.Errorf("%w (%w)", err, cause)
+}
+
+// ended reports whether ctx is done or its deadline has passed: the timer
+// that ends ctx may fire after the deadline that go-redis set on a socket
+// (or that of a context derived from it, such as straggle's).
+func ended(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(dl)
 }
 
 // abandonedError is the error of a call that bounded abandoned when its ctx
@@ -111,8 +136,8 @@ func isAbandoned(err error) bool {
 
 // timing is what a client's options say about how long its commands take.
 type timing struct {
-	direct  bool          // ContextTimeoutEnabled: it stops its reads and writes at ctx's deadline
-	read    time.Duration // ReadTimeout; < 0: none
+	direct  bool          // it stops its reads and writes at ctx's deadline (see timingOf)
+	read    time.Duration // ReadTimeout; <= 0: none
 	backoff time.Duration // MaxRetryBackoff
 	retries int           // MaxRetries
 }
@@ -120,15 +145,17 @@ type timing struct {
 // timingOf returns client's timing: of a *redis.Client or
 // *redis.ClusterClient (a Sentinel's FailoverClient is a *redis.Client);
 // go-redis's defaults for clients whose options cannot be read, and for a
-// nil client.
+// nil client. A client stops at ctx's deadline itself when it was made with
+// ContextTimeoutEnabled and sets socket deadlines at all: ReadTimeout and
+// WriteTimeout -2 (-1 once go-redis has read its options) set none.
 func timingOf(client redis.UniversalClient) timing {
 	switch c := client.(type) {
 	case interface{ Options() *redis.Options }:
 		o := c.Options()
-		return timing{o.ContextTimeoutEnabled, o.ReadTimeout, o.MaxRetryBackoff, o.MaxRetries}
+		return timing{o.ContextTimeoutEnabled && o.ReadTimeout >= 0 && o.WriteTimeout >= 0, o.ReadTimeout, o.MaxRetryBackoff, o.MaxRetries}
 	case interface{ Options() *redis.ClusterOptions }:
 		o := c.Options()
-		return timing{o.ContextTimeoutEnabled, o.ReadTimeout, o.MaxRetryBackoff, o.MaxRetries}
+		return timing{o.ContextTimeoutEnabled && o.ReadTimeout >= 0 && o.WriteTimeout >= 0, o.ReadTimeout, o.MaxRetryBackoff, o.MaxRetries}
 	}
 	return timing{read: 5 * time.Second, backoff: time.Second, retries: 3}
 }

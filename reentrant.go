@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Reentrancy by context.
@@ -29,7 +30,10 @@ import (
 // fails with ErrInvalidOption on a shared one (upgrading a reader to a
 // writer would wait for itself). A joining call's ttl and WithFencing do not
 // apply: the joined lock's lease and fence do. Permits (WithPermits) are
-// not reentrant: a nested call takes another permit.
+// not reentrant: a nested call takes another permit. A context that
+// carries a lock that is lost (its lease is over, or a renewal, Refresh or
+// TTL found it gone) joins nothing: the nested call returns an error
+// wrapping ErrLockLost at once, and WithLock does not call fn.
 
 // heldKey is the context key under which a context carries locks.
 type heldKey struct{}
@@ -77,11 +81,15 @@ func (l *Locker) join(ctx context.Context, key string, m mode) (*Lock, error) {
 		}
 		a.mu.Lock()
 		live := !a.released && !a.releasing && a.holds > 0
-		if live {
+		lost := live && (a.lost || a.lostWhy != nil || !time.Now().Before(a.clock.until))
+		if live && !lost {
 			a.holds++
 		}
 		a.mu.Unlock()
-		if live {
+		switch {
+		case lost:
+			return nil, fmt.Errorf("%w: %s: the lock this context carries is lost (its lease is over): its holder must stop", ErrLockLost, quoteKey(key))
+		case live:
 			return &Lock{locker: l, key: key, token: a.token, mode: a.mode, fence: a.fence, joined: a}, nil
 		}
 	}
@@ -135,5 +143,5 @@ func (lk *Lock) keepJoined(ctx context.Context) context.Context {
 	child, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(r.ctx, func() { cancel(context.Cause(r.ctx)) })
 	context.AfterFunc(child, func() { stop() })
-	return child
+	return leaseContext{Context: child, r: r, cancel: cancel}
 }

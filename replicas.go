@@ -170,7 +170,7 @@ func (l *Locker) attemptAcked(ctx context.Context, a attemptArgs, r replicas) (a
 	}
 	res, err := parseAttempt(a, cmd)
 	if err == nil && res.ours && int(acked) < r.n {
-		return res, notReplicated(a.key, r, acked, "the lock was released")
+		return res, notReplicated(a.key, r, acked, "the write does not count")
 	}
 	return res, err
 }
@@ -192,7 +192,7 @@ func (l *Locker) refresh(ctx context.Context, a refreshArgs, r replicas) (refres
 	}
 	res, err := parseRefresh(cmd)
 	if err == nil && res.set && int(acked) < r.n {
-		return res, notReplicated(a.key, r, acked, "the lease was not extended")
+		return res, notReplicated(a.key, r, acked, "the write does not count")
 	}
 	return res, err
 }
