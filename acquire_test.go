@@ -78,6 +78,87 @@ func TestAcquire_ClosedClientReturnsAtOnce(t *testing.T) {
 	})
 }
 
+// A client closed while Obtains wait in line (polling slowly: WithBackoff
+// of 2 s) ends every wait at once, with redis.ErrClosed: the Locker's
+// subscription sees the close, and tells every waiter.
+func TestAcquire_ClosedClientEndsWaitsAtOnce(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	direct, _ := b.client(t)
+	_, err := redislock.New(direct).Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	wc := redis.NewClient(&redis.Options{Addr: b.addr})
+	locker := redislock.New(wc, slowPolling)
+	first := obtainAsync(ctx, locker, "k", time.Minute)
+	second := obtainAsync(ctx, locker, "k", time.Minute)
+	waitQueued(t, direct, "k", 1)
+	time.Sleep(50 * time.Millisecond)
+	closed := time.Now()
+	require.NoError(t, wc.Close())
+	for _, ch := range []<-chan obtained{first, second} {
+		r := <-ch
+		assert.ErrorIs(t, r.err, redis.ErrClosed)
+		assert.NotErrorIs(t, r.err, redislock.ErrNotObtained)
+		assert.Less(t, r.at.Sub(closed), 150*time.Millisecond, "the wait went on after the client was closed")
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	assert.NoError(t, locker.Shutdown(sctx))
+}
+
+// Redis killed (SIGKILL) while an Obtain waits for a held key is a Redis
+// failure, not contention: the wait ends at its deadline with the deadline
+// and a note that Redis did not answer, and the error is not
+// ErrNotObtained, whatever the client's options, although the last answer
+// Redis gave said the key was held.
+func TestAcquire_RedisKilledDuringAWaitIsNotContention(t *testing.T) {
+	for name, set := range map[string]func(*redis.Options){
+		"default options":       func(*redis.Options) {},
+		"ContextTimeoutEnabled": func(o *redis.Options) { o.ContextTimeoutEnabled = true },
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := realBackend(t)
+			ctx := ctxT(t, 20*time.Second)
+			direct, _ := b.client(t)
+			require.NoError(t, direct.Set(ctx, "k", "foreign", time.Minute).Err())
+			c, _ := b.client(t, set)
+			wctx, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
+			defer cancel()
+			ch := obtainAsync(wctx, redislock.New(c), "k", time.Minute)
+			waitQueued(t, direct, "k", 1)
+			time.Sleep(50 * time.Millisecond)
+			b.srv.Kill(t)
+			r := <-ch
+			assert.ErrorIs(t, r.err, context.DeadlineExceeded)
+			assert.NotErrorIs(t, r.err, redislock.ErrNotObtained, "Redis down reported as contention")
+		})
+	}
+}
+
+// A late copy of a TryObtain's attempt (go-redis sent it again after a read
+// timeout; the second copy found the key held) that reaches Redis after
+// the holder released takes nothing: the TryObtain, which took long enough
+// for go-redis to send it twice, marked its token spent. The key is free.
+func TestAcquire_LateCopyOfTryObtainTakesNothing(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 20*time.Second)
+	direct, _ := b.client(t)
+	rdb, lc := lateCopyClient(t, b, time.Second)
+	holder, err := redislock.New(direct).Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+
+	lc.lagNext(scriptRun(redislock.AcquireScriptHash, "k"))
+	locker := redislock.New(rdb)
+	_, err = locker.TryObtain(ctx, "k", time.Minute)
+	require.ErrorIs(t, err, redislock.ErrNotObtained)
+	require.NoError(t, locker.Shutdown(ctx))
+	require.NoError(t, holder.Release(ctx))
+
+	<-lc.ran
+	time.Sleep(50 * time.Millisecond)
+	assert.Zero(t, direct.Exists(ctx, "k").Val(), "the late copy took the free key for a TryObtain that had failed")
+}
+
 // An error reply (the key holds a hash: WRONGTYPE) ends a wait at once with
 // that error, not ErrNotObtained, and writes nothing.
 func TestAcquire_ErrorReplyEndsTheWait(t *testing.T) {

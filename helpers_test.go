@@ -1,6 +1,7 @@
 package redislock_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
@@ -385,6 +386,30 @@ func (c *lagConn) Close() error {
 		return nil
 	}
 	return c.Conn.Close()
+}
+
+// lateCopyClient returns a client whose next write that lagNext matches
+// reaches Redis only after delay (its first copy); go-redis times the read
+// out after 100 ms and sends the command again on another connection.
+func lateCopyClient(t *testing.T, b *backend, delay time.Duration) (*redis.Client, *lagConns) {
+	t.Helper()
+	lc := &lagConns{delay: delay, ran: make(chan time.Time, 1)}
+	rdb, _ := b.client(t, func(o *redis.Options) { o.Dialer = lc.dial; o.ReadTimeout = 100 * time.Millisecond })
+	ctx := ctxT(t, 5*time.Second)
+	lk, err := redislock.New(rdb).TryObtain(ctx, "warm-up", time.Minute) // the scripts run by EVALSHA from now on
+	require.NoError(t, err)
+	require.NoError(t, lk.Refresh(ctx, time.Minute))
+	require.NoError(t, lk.Release(ctx))
+	t.Cleanup(lc.wg.Wait)
+	return rdb, lc
+}
+
+// scriptRun matches the bytes of a run of the script whose SHA1 is hash,
+// with arg among its arguments ("" for any).
+func scriptRun(hash, arg string) func([]byte) bool {
+	return func(b []byte) bool {
+		return bytes.Contains(b, []byte(hash)) && (arg == "" || bytes.Contains(b, []byte("\r\n"+arg+"\r\n")))
+	}
 }
 
 // until - now, and PTTL of key, measured right after.

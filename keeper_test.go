@@ -614,3 +614,30 @@ func TestKeepAlive_NoKeyGoneWhileLiveUnderLoad(t *testing.T) {
 	assert.Zero(t, violations, "keys gone while their holders' contexts were live")
 	waitGoroutinesGone(t, "redislock.(*keeper).renew", 2*time.Second)
 }
+
+// A Refresh to a shorter lease that is stuck on a silently dead connection
+// costs no lease: as it is sent, it lowers Until (and the lost-lock timer)
+// to its own lease, and makes the next renewal due a third of that lease
+// later, which goes out on a healthy connection and keeps the lock. The key
+// stays held, and the kept context live, all along.
+func TestKeepAlive_RefreshStuckOnADeadConnectionCostsNoLease(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 20*time.Second)
+	dc := &deadConns{}
+	rdb, _ := b.client(t, func(o *redis.Options) { o.Dialer = dc.dial; o.ReadTimeout = time.Second })
+	lk, err := redislock.New(rdb).Obtain(ctx, "k", 3*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, lk.Refresh(ctx, 3*time.Second)) // loads the refresh script
+	lctx := lk.KeepAlive(ctx)
+
+	dc.killNext(scriptRun(redislock.RefreshScriptHash, "300"))
+	other, _ := b.client(t)
+	rivalGot := make(chan time.Time, 1)
+	go func() { rivalGot <- competeUntil(t, other, "k", 2*time.Second) }()
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- lk.Refresh(ctx, 300*time.Millisecond) }()
+	require.True(t, (<-rivalGot).IsZero(), "another client got the key")
+	require.NoError(t, lctx.Err(), "lost (%v), while the key was held all along", context.Cause(lctx))
+	<-refreshed // go-redis sends it again after its 1 s read timeout
+	require.NoError(t, lk.Release(ctx))
+}

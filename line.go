@@ -90,7 +90,7 @@ const (
 	// holder: a healthy Redis answers in well under a millisecond, and a
 	// wrong "Redis failed" only makes a caller retry, while a wrong "held
 	// by another owner" may make it skip work.
-	noAnswer = 250 * time.Millisecond
+	noAnswer = 100 * time.Millisecond
 )
 
 // errNoAnswer is the error of a wait that no attempt of its line answered.
@@ -140,7 +140,7 @@ type line struct {
 	handed   *handoff  // the key was handed to token; applied once the place is confirmed
 	inflight int       // attempts carrying token that have not returned
 	sent     time.Time // when the latest attempt was sent
-	answered time.Time // when the latest reply came
+	asked    time.Time // when the first attempt sent since the latest reply was sent; zero: none
 	suspect  bool      // go-redis may have sent an attempt of token twice (see mayResend)
 	lastErr  error     // the error of the latest attempt; nil when it found the key held
 
@@ -326,6 +326,9 @@ func (ls *lines) hedge(l *Locker, ln *line, w *waiter) step {
 func (ls *lines) send(l *Locker, ln *line, w *waiter, now time.Time) *attemptArgs {
 	ln.inflight++
 	ln.sent = now
+	if ln.asked.IsZero() {
+		ln.asked = now
+	}
 	a := &attemptArgs{key: ln.key, token: ln.token, locker: l.id, holder: l.opts.holder, ttl: w.ttl, fenced: w.fenced, mode: ln.mode, place: placeLease, renew: ln.joined}
 	ln.joined = true
 	return a
@@ -343,14 +346,15 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 		ls.settle(l, ln)
 		return
 	}
-	ln.answered = time.Now()
+	now := time.Now()
+	ln.asked = time.Time{}
 	ln.lastErr = err
-	if (err != nil && !refused(err)) || l.mayResend(ln.answered.Sub(start)) {
+	if (err != nil && !refused(err)) || l.mayResend(now.Sub(start)) {
 		ln.suspect = true
 	}
 	if err != nil && len(ln.waiters) > 0 {
 		h := ln.waiters[0] // waits for its backoff before the next attempt
-		h.retryAt = ln.answered.Add(h.poll)
+		h.retryAt = now.Add(h.poll)
 		h.poll = nextBackoff(h.poll, h.min, h.max)
 	}
 	switch {
@@ -423,6 +427,7 @@ func (ls *lines) renewToken(ln *line) {
 		defer func() { ls.byToken[ln.token] = ln }()
 	}
 	ln.token, ln.place, ln.joined, ln.check, ln.handed, ln.holdEnd, ln.suspect = newToken(), noPlace, false, false, nil, time.Time{}, false
+	ln.asked = time.Time{} // replies for the token left are not waited for
 }
 
 // settle brings the line up to date after a change: it applies a pending
@@ -520,7 +525,7 @@ func (ls *lines) leave(l *Locker, ln *line, w *waiter) (*Lock, error) {
 		}
 	}
 	last := ln.lastErr
-	if silent := time.Since(ln.sent); last == nil && ln.inflight > 0 && ln.sent.After(ln.answered) && silent > noAnswer {
+	if silent := time.Since(ln.asked); last == nil && !ln.asked.IsZero() && silent > noAnswer {
 		last = fmt.Errorf("%w for %v", errNoAnswer, silent.Round(time.Millisecond))
 	}
 	ls.settle(l, ln)

@@ -713,3 +713,151 @@ func TestRelease_RefreshRacingPass(t *testing.T) {
 	t.Logf("passed %d of 100", passed)
 	require.Zero(t, bad)
 }
+
+// A late copy of an old Refresh cannot shorten the lease even after the
+// lease was kept, at one length, for longer than the Refresh that started
+// that length's generation: Redis keeps the holder's generation as long as
+// its lease. (Refresh(100ms), whose first copy reaches Redis 1.5 s late;
+// Refresh(1s) at once, and again at 0.8 s; the late copy finds its
+// generation superseded and changes nothing: Until stays within the key's
+// expiry.)
+func TestLeaseClock_GenerationOutlivesItsFirstCommand(t *testing.T) {
+	b := realBackend(t)
+	rdb, lc := lateCopyClient(t, b, 1500*time.Millisecond)
+	checker, _ := b.client(t)
+	ctx := ctxT(t, 20*time.Second)
+	lk, err := redislock.New(rdb).Obtain(ctx, "k", time.Second)
+	require.NoError(t, err)
+
+	lc.lagNext(scriptRun(redislock.RefreshScriptHash, "100"))
+	t0 := time.Now()
+	require.NoError(t, lk.Refresh(ctx, 100*time.Millisecond), "go-redis sent it again")
+	require.NoError(t, lk.Refresh(ctx, time.Second))
+	time.Sleep(time.Until(t0.Add(800 * time.Millisecond)))
+	require.NoError(t, lk.Refresh(ctx, time.Second))
+
+	ran := <-lc.ran // the first copy of Refresh(100ms) reaches Redis
+	time.Sleep(time.Until(ran.Add(150 * time.Millisecond)))
+	local, left := leaseGap(t, checker, lk)
+	require.LessOrEqual(t, local, left+5*time.Millisecond, "Until after the key's expiry (PTTL -2: gone)")
+	require.NoError(t, lk.Release(ctx))
+}
+
+// A Refresh abandoned at its deadline, whose copy go-redis sent again ran,
+// does not share its generation with the next Refresh of another length: a
+// late first copy of it is refused, and Until stays within the key's
+// expiry. (Refresh(5s); Refresh(300ms) with a 150 ms ctx, its first copy
+// 500 ms late and its second's reply 100 ms late; Refresh(5s); the first
+// copy runs.)
+func TestLeaseClock_AbandonedRefreshKeepsItsGeneration(t *testing.T) {
+	b := realBackend(t)
+	rdb, lc := lateCopyClient(t, b, 500*time.Millisecond)
+	checker, _ := b.client(t)
+	ctx := ctxT(t, 20*time.Second)
+	lk, err := redislock.New(rdb).Obtain(ctx, "k", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, lk.Refresh(ctx, 5*time.Second))
+
+	lc.lagNext(scriptRun(redislock.RefreshScriptHash, "300"))
+	rdb.AddHook(hook{after: func(cmd redis.Cmder, err error) {
+		if err == nil && runs(cmd, redislock.RefreshScriptHash) && cmd.Args()[len(cmd.Args())-3] == int64(300) {
+			time.Sleep(100 * time.Millisecond) // the second copy's reply is slow
+		}
+	}})
+	short, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	err = lk.Refresh(short, 300*time.Millisecond)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	time.Sleep(100 * time.Millisecond) // go-redis's second copy has run
+	require.NoError(t, lk.Refresh(ctx, 5*time.Second))
+
+	ran := <-lc.ran
+	time.Sleep(time.Until(ran.Add(350 * time.Millisecond)))
+	local, left := leaseGap(t, checker, lk)
+	require.LessOrEqual(t, local, left+5*time.Millisecond, "Until after the key's expiry (PTTL -2: gone)")
+	require.NoError(t, lk.Release(ctx))
+}
+
+// A late copy of the acquire (go-redis sent it again; the second copy took
+// the key) never shortens the lease a later Refresh set: it sets the lease
+// only when that lengthens it. Until stays within the key's expiry, and
+// the kept context is live only while nobody else can take the key.
+func TestLeaseClock_LateCopyOfTheAcquireNeverShortens(t *testing.T) {
+	b := realBackend(t)
+	rdb, lc := lateCopyClient(t, b, time.Second)
+	checker, _ := b.client(t)
+	ctx := ctxT(t, 20*time.Second)
+	lc.lagNext(scriptRun(redislock.AcquireScriptHash, "k"))
+	lk, err := redislock.New(rdb).TryObtain(ctx, "k", 300*time.Millisecond)
+	require.NoError(t, err, "go-redis sent the acquire again; the second copy took the key")
+	require.NoError(t, lk.Refresh(ctx, 5*time.Second))
+	lctx := lk.KeepAlive(ctx)
+
+	ran := <-lc.ran
+	time.Sleep(time.Until(ran.Add(350 * time.Millisecond)))
+	local, left := leaseGap(t, checker, lk)
+	require.LessOrEqual(t, local, left+5*time.Millisecond, "Until after the key's expiry (PTTL -2: gone)")
+	_, err = redislock.New(checker).TryObtain(ctx, "k", time.Minute)
+	require.ErrorIs(t, err, redislock.ErrNotObtained)
+	require.NoError(t, lctx.Err())
+	require.NoError(t, lk.Release(ctx))
+}
+
+// A released token is spent: a late copy of the acquire that took the lock
+// (go-redis sent it again; the second copy took the key) reaches Redis
+// after the Release and takes nothing, so the key is free for the next
+// owner, not held for the ttl by a token nobody owns.
+func TestRelease_LateCopyOfTheAcquireTakesNothing(t *testing.T) {
+	b := realBackend(t)
+	rdb, lc := lateCopyClient(t, b, time.Second)
+	checker, _ := b.client(t)
+	ctx := ctxT(t, 20*time.Second)
+	lc.lagNext(scriptRun(redislock.AcquireScriptHash, "k"))
+	lk, err := redislock.New(rdb).TryObtain(ctx, "k", 5*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, lk.Release(ctx))
+
+	<-lc.ran
+	time.Sleep(50 * time.Millisecond)
+	assert.Zero(t, checker.Exists(ctx, "k").Val(), "the late copy took the key for a released token")
+}
+
+// A release whose reply is lost (go-redis sends it again; the second run
+// finds the release mark) still tells the releasing Locker's own waiter
+// that the key was handed to it: the mark keeps the first run's hand-offs.
+// The first in line (an Obtain of the releasing Locker, ttl 100 ms) is
+// served before the second (another Locker's), at once.
+func TestRelease_LostReplyKeepsItsHandOffs(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 20*time.Second)
+	direct, _ := b.client(t)
+	proxy := faultproxy.New(t, b.addr)
+	ca, _ := b.client(t, func(o *redis.Options) { o.Addr = proxy.Addr() })
+	require.NoError(t, releaseScriptLoaded(ctx, ca))
+	la := redislock.New(ca, slowPolling)
+	held, err := la.Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	first := obtainAsync(ctx, la, "k", 100*time.Millisecond) // not passed: 60 s of lease left
+	waitQueued(t, direct, "k", 1)
+	cb, _ := b.client(t)
+	second := obtainAsync(ctx, redislock.New(cb, slowPolling), "k", time.Minute)
+	waitQueued(t, direct, "k", 2)
+
+	proxy.DropNextReply(func(req []byte) bool { return bytes.Contains(req, []byte(redislock.ReleaseScriptHash)) })
+	released := time.Now()
+	require.NoError(t, held.Release(ctx), "go-redis sent the release again; its mark says it ran")
+	select {
+	case r := <-first:
+		require.NoError(t, r.err)
+		assert.Less(t, r.at.Sub(released), 100*time.Millisecond, "the first in line was told late")
+		require.NoError(t, r.lock.Release(ctx))
+		r = <-second
+		require.NoError(t, r.err)
+		require.NoError(t, r.lock.Release(ctx))
+	case r := <-second:
+		require.NoError(t, r.err)
+		t.Errorf("the second in line was served first, %v after the release", r.at.Sub(released))
+		require.NoError(t, r.lock.Release(ctx))
+		require.NoError(t, (<-first).err)
+	}
+}

@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -339,4 +340,68 @@ func assertNoSideKeys(t *testing.T, rdb redis.UniversalClient, key string) {
 		assert.Zero(t, rdb.Exists(context.Background(), redislock.SideKey(key, kind)).Val(), "%s left", kind)
 	}
 	assert.Zero(t, rdb.Exists(context.Background(), key).Val(), "the key left")
+}
+
+// A shared holder's or a permit's lease lasts, in Redis, until at least its
+// Until, as an exclusive lock's does: Redis counts a holder gone only once
+// its clock is past the lease's last millisecond. A rival that tries again
+// and again as an unkept 50 ms lease ends (the writer against a reader, a
+// second permit of a semaphore of 1) gets the key only after the holder's
+// Until, 20 times in a row.
+func TestModes_LeasesLastUntilUntil(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	rdb, _ := b.client(t)
+	other, _ := b.client(t)
+	for name, c := range map[string]struct{ holder, rival []redislock.Option }{
+		"permit":          {[]redislock.Option{redislock.WithPermits(1)}, []redislock.Option{redislock.WithPermits(1)}},
+		"reader, writer":  {[]redislock.Option{redislock.WithShared()}, nil},
+		"exclusive, both": {nil, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for i := range 20 {
+				key := name + ":" + strconv.Itoa(i)
+				holder, err := redislock.New(rdb).TryObtain(ctx, key, 50*time.Millisecond, c.holder...)
+				require.NoError(t, err)
+				rival := redislock.New(other)
+				time.Sleep(time.Until(holder.Until().Add(-3 * time.Millisecond)))
+				for {
+					if lk, err := rival.TryObtain(ctx, key, time.Second, c.rival...); err == nil {
+						got := time.Now()
+						require.False(t, got.Before(holder.Until()), "got the key %v before the holder's Until", holder.Until().Sub(got))
+						require.NoError(t, lk.Release(ctx))
+						break
+					}
+				}
+			}
+		})
+	}
+}
+
+// A call's mode option takes precedence over the Locker's, as every option
+// does: on a Locker made WithShared, a call WithPermits takes a permit, and
+// on one made WithPermits, a call WithShared is a reader. Both in one call
+// conflict (ErrInvalidOption, nothing sent).
+func TestModes_CallOptionTakesPrecedence(t *testing.T) {
+	b := miniBackend(t)
+	ctx := context.Background()
+	rdb, n := b.client(t)
+	lk, err := redislock.New(rdb, redislock.WithShared()).TryObtain(ctx, "a", time.Minute, redislock.WithPermits(2))
+	require.NoError(t, err)
+	info, err := redislock.New(rdb).Inspect(ctx, "a")
+	require.NoError(t, err)
+	assert.Equal(t, redislock.ModeSemaphore, info.Mode)
+	require.NoError(t, lk.Release(ctx))
+
+	lk, err = redislock.New(rdb, redislock.WithPermits(3)).TryObtain(ctx, "b", time.Minute, redislock.WithShared())
+	require.NoError(t, err)
+	info, err = redislock.New(rdb).Inspect(ctx, "b")
+	require.NoError(t, err)
+	assert.Equal(t, redislock.ModeShared, info.Mode)
+	require.NoError(t, lk.Release(ctx))
+
+	before := n.Load()
+	_, err = redislock.New(rdb).TryObtain(ctx, "c", time.Minute, redislock.WithShared(), redislock.WithPermits(2))
+	assert.ErrorIs(t, err, redislock.ErrInvalidOption)
+	assert.Equal(t, before, n.Load(), "nothing sent")
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -444,27 +445,46 @@ func TestHooks_OuterLossIsNotInnerLoss(t *testing.T) {
 	}
 }
 
-// A release that goes on in the background (its ctx had ended) reports the
-// hand-off it makes when it runs, as a Release does.
+// A release that goes on in the background reports the hand-off it makes
+// when it runs, as a Release does: when its ctx had ended before the call,
+// and when it ended during the call (a slow link: the release reaches
+// Redis 300 ms late, the ctx ends after 50 ms).
 func TestHooks_BackgroundReleaseReportsHandOff(t *testing.T) {
-	b := realBackend(t)
-	ctx := ctxT(t, 10*time.Second)
-	rdb, _ := b.client(t)
-	checker, _ := b.client(t)
-	var rec recorder
-	lk, err := redislock.New(rdb, redislock.WithHooks(rec.hooks())).Obtain(ctx, "k", time.Minute)
-	require.NoError(t, err)
-	waiter := obtainAsync(ctx, redislock.New(rdb), "k", time.Minute)
-	waitQueued(t, checker, "k", 1)
-	done, cancel := context.WithCancel(ctx)
-	cancel()
-	err = lk.Release(done)
-	require.Error(t, err)
-	w := <-waiter
-	require.NoError(t, w.err)
-	require.Eventually(t, func() bool { return len(rec.snapshot().handoffs) == 1 }, time.Second, 5*time.Millisecond)
-	assert.Equal(t, redislock.HandOffEvent{Key: "k", Local: false, To: 1}, rec.snapshot().handoffs[0])
-	require.NoError(t, w.lock.Release(ctx))
+	for name, midCall := range map[string]bool{"ended before": false, "ended during the call": true} {
+		t.Run(name, func(t *testing.T) {
+			b := realBackend(t)
+			ctx := ctxT(t, 10*time.Second)
+			rdb, _ := b.client(t)
+			checker, _ := b.client(t)
+			var slow atomic.Bool
+			rdb.AddHook(hook{before: func(cmd redis.Cmder) {
+				if slow.Load() && runs(cmd, redislock.ReleaseScriptHash) {
+					time.Sleep(300 * time.Millisecond)
+				}
+			}})
+			var rec recorder
+			lk, err := redislock.New(rdb, redislock.WithHooks(rec.hooks())).Obtain(ctx, "k", time.Minute)
+			require.NoError(t, err)
+			other, _ := b.client(t)
+			waiter := obtainAsync(ctx, redislock.New(other), "k", time.Minute)
+			waitQueued(t, checker, "k", 1)
+			rctx, cancel := context.WithCancel(ctx)
+			if midCall {
+				slow.Store(true)
+				rctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
+			}
+			defer cancel()
+			if !midCall {
+				cancel()
+			}
+			require.ErrorContains(t, lk.Release(rctx), "background")
+			w := <-waiter
+			require.NoError(t, w.err)
+			require.Eventually(t, func() bool { return len(rec.snapshot().handoffs) == 1 }, time.Second, 5*time.Millisecond)
+			assert.Equal(t, redislock.HandOffEvent{Key: "k", Local: false, To: 1}, rec.snapshot().handoffs[0])
+			require.NoError(t, w.lock.Release(ctx))
+		})
+	}
 }
 
 // When WithLock's release fails on Redis (here: its first run's reply is

@@ -183,3 +183,35 @@ func TestReentrant_SharesLostSignal(t *testing.T) {
 	})
 	require.ErrorIs(t, err, redislock.ErrLockLost)
 }
+
+// A context that carries a lock whose lease is over (not kept alive, and
+// taken by another client since) joins nothing: Obtain and TryObtain on it
+// return an error wrapping ErrLockLost at once, and WithLock does not call
+// fn, rather than returning a lock another client holds.
+func TestReentrant_LostLockIsNotJoined(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, sent := b.client(t)
+	other, _ := b.client(t)
+	locker := redislock.New(rdb)
+	outer, err := locker.Obtain(ctx, "k", 200*time.Millisecond)
+	require.NoError(t, err)
+	cctx := outer.Context(ctx)
+	time.Sleep(300 * time.Millisecond) // the lease ran out (a long pause)
+	theirs, err := redislock.New(other).TryObtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+
+	before := sent.Load()
+	for name, obtain := range map[string]func(context.Context, string, time.Duration, ...redislock.Option) (*redislock.Lock, error){
+		"Obtain": locker.Obtain, "TryObtain": locker.TryObtain,
+	} {
+		_, err := obtain(cctx, "k", time.Second)
+		assert.ErrorIs(t, err, redislock.ErrLockLost, name)
+	}
+	called := false
+	err = locker.WithLock(cctx, "k", func(context.Context) error { called = true; return nil })
+	assert.ErrorIs(t, err, redislock.ErrLockLost)
+	assert.False(t, called, "fn called while another client holds the key")
+	assert.Equal(t, before, sent.Load(), "nothing sent")
+	require.NoError(t, theirs.Release(ctx))
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -199,6 +200,35 @@ func TestReplicas_LongestTimeoutIsNotAReadTimeout(t *testing.T) {
 		assert.Less(t, time.Since(start), 2*time.Second, "no read timeout: the WAIT was answered")
 		assert.Equal(t, int64(0), rdb.Exists(ctx, "k").Val(), "released when it returns")
 	}
+}
+
+// ErrNotReplicated says that nothing is held: TryObtain and Obtain return
+// it only once the unacknowledged key is released, also when that release
+// is slow (here 300 ms on its way), as far as ctx allows.
+func TestReplicas_NotReplicatedHoldsNothing(t *testing.T) {
+	srv := redistest.Start(t) // a primary with no replica: WAIT 1 times out
+	rdb := srv.Client(t)
+	var slow atomic.Bool
+	rdb.AddHook(hook{before: func(cmd redis.Cmder) {
+		if slow.Load() && runs(cmd, redislock.ReleaseScriptHash) {
+			time.Sleep(300 * time.Millisecond)
+		}
+	}})
+	checker := srv.Client(t)
+	ctx := ctxT(t, 20*time.Second)
+	locker := redislock.New(rdb, redislock.WithReplicas(1, 50*time.Millisecond))
+	_, err := locker.TryObtain(ctx, "warm-up", time.Minute) // loads the scripts
+	require.ErrorIs(t, err, redislock.ErrNotReplicated)
+	slow.Store(true)
+	for name, obtain := range map[string]func(context.Context, string, time.Duration, ...redislock.Option) (*redislock.Lock, error){
+		"TryObtain": locker.TryObtain, "Obtain": locker.Obtain,
+	} {
+		_, err := obtain(ctx, "k", time.Minute)
+		require.ErrorIs(t, err, redislock.ErrNotReplicated, name)
+		assert.Contains(t, err.Error(), "the lock was released", name)
+		assert.Zero(t, checker.Exists(ctx, "k").Val(), "%s returned while the key was held", name)
+	}
+	require.NoError(t, locker.Shutdown(ctx))
 }
 
 // BenchmarkReplicas measures the uncontended Obtain + Release cycle on a
