@@ -580,7 +580,16 @@ func (ls *lines) releasing(lk *Lock) (ln *line, leave string) {
 	if len(ln.waiters) > 0 {
 		return nil, ""
 	}
-	if ln.inflight > 0 || ln.suspect || ln.handed != nil || ln.place == noPlace {
+	if ln.handed == nil && (ln.inflight > 0 || ln.suspect) {
+		// A command of the token may still run: the clean-up spends it.
+		// The release takes its place out of line first all the same, so
+		// that it does not hand the key to this line, which nobody waits
+		// in.
+		token := ln.token
+		ls.settle(lk.locker, ln)
+		return nil, token
+	}
+	if ln.handed != nil || ln.place == noPlace {
 		ls.settle(lk.locker, ln) // detaches it, and cleans up what needs it
 		return nil, ""
 	}
