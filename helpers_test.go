@@ -412,6 +412,16 @@ func scriptRun(hash, arg string) func([]byte) bool {
 	}
 }
 
+// untilWithinExpiry waits until d after at (when a late copy of a command
+// reached Redis), then fails t if lk's Until is later than its key's
+// expiry in Redis (PTTL -2: the key is gone).
+func untilWithinExpiry(t *testing.T, rdb *redis.Client, lk *redislock.Lock, at time.Time, d time.Duration) {
+	t.Helper()
+	time.Sleep(time.Until(at.Add(d)))
+	local, left := leaseGap(t, rdb, lk)
+	require.LessOrEqual(t, local, left+5*time.Millisecond, "Until after the key's expiry (PTTL %v)", left)
+}
+
 // until - now, and PTTL of key, measured right after.
 func leaseGap(t *testing.T, rdb *redis.Client, lk *redislock.Lock) (local, redisLeft time.Duration) {
 	t.Helper()

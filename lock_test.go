@@ -736,10 +736,7 @@ func TestLeaseClock_GenerationOutlivesItsFirstCommand(t *testing.T) {
 	time.Sleep(time.Until(t0.Add(800 * time.Millisecond)))
 	require.NoError(t, lk.Refresh(ctx, time.Second))
 
-	ran := <-lc.ran // the first copy of Refresh(100ms) reaches Redis
-	time.Sleep(time.Until(ran.Add(150 * time.Millisecond)))
-	local, left := leaseGap(t, checker, lk)
-	require.LessOrEqual(t, local, left+5*time.Millisecond, "Until after the key's expiry (PTTL -2: gone)")
+	untilWithinExpiry(t, checker, lk, <-lc.ran, 150*time.Millisecond) // the first copy of Refresh(100ms) reached Redis
 	require.NoError(t, lk.Release(ctx))
 }
 
@@ -771,10 +768,7 @@ func TestLeaseClock_AbandonedRefreshKeepsItsGeneration(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // go-redis's second copy has run
 	require.NoError(t, lk.Refresh(ctx, 5*time.Second))
 
-	ran := <-lc.ran
-	time.Sleep(time.Until(ran.Add(350 * time.Millisecond)))
-	local, left := leaseGap(t, checker, lk)
-	require.LessOrEqual(t, local, left+5*time.Millisecond, "Until after the key's expiry (PTTL -2: gone)")
+	untilWithinExpiry(t, checker, lk, <-lc.ran, 350*time.Millisecond)
 	require.NoError(t, lk.Release(ctx))
 }
 
@@ -793,10 +787,7 @@ func TestLeaseClock_LateCopyOfTheAcquireNeverShortens(t *testing.T) {
 	require.NoError(t, lk.Refresh(ctx, 5*time.Second))
 	lctx := lk.KeepAlive(ctx)
 
-	ran := <-lc.ran
-	time.Sleep(time.Until(ran.Add(350 * time.Millisecond)))
-	local, left := leaseGap(t, checker, lk)
-	require.LessOrEqual(t, local, left+5*time.Millisecond, "Until after the key's expiry (PTTL -2: gone)")
+	untilWithinExpiry(t, checker, lk, <-lc.ran, 350*time.Millisecond)
 	_, err = redislock.New(checker).TryObtain(ctx, "k", time.Minute)
 	require.ErrorIs(t, err, redislock.ErrNotObtained)
 	require.NoError(t, lctx.Err())
