@@ -63,14 +63,15 @@ import (
 // from a command that ran before any hand-off to the token, and the
 // hand-off set the lease when it ran: Until = base + lease is never later
 // than Redis's expiry, however late the announcement arrives. Replies for
-// a token the line has left (it was granted, or spent) are ignored. A renewal
-// that finds the place gone (it lapsed, or a hand-off to it went unheard
-// until its lease ran out) spends the token: the line takes a new place
-// with a new one, and a late announcement for the old one is ignored. A waiter whose lease that leaves
-// too short (less than half its ttl), or that wants another lease or a
-// fence than the place asked for (the first waiter of the line changed),
-// claims the lock before its Obtain returns: one refresh, the lease then
-// measured from when it was sent.
+// a token the line has left (it was granted, or spent) are ignored. A
+// renewal that finds the place gone (it lapsed, or a hand-off to it went
+// unheard until its lease ran out) spends the token: the line takes a new
+// place with a new one, and a late announcement for the old one is
+// ignored. A waiter that gets the lock with less than half its ttl left
+// (the hand-off was long ago, or it woke late), or that wants another
+// lease or a fence than the place asked for (the first waiter of the line
+// changed), claims it before its Obtain returns: a refresh, the lease then
+// measured from when it was sent (see Locker.fit).
 const (
 	// placeLease is how long a place in line is kept after the command that
 	// took or renewed it: how long a dead waiter can hold up a line.
