@@ -279,8 +279,8 @@ func (lk *Lock) Until() time.Time {
 //
 // It returns nil when it released the lock, also when Redis ran it but its
 // reply was lost and go-redis (or the caller) sent it again: a mark kept
-// twice as long as go-redis may take with a command tells the second run
-// that the first one released it. It returns ErrNotHeld when the key no
+// as long as go-redis may take with a command (at least 10 s) tells the
+// second run that the first one released it. It returns ErrNotHeld when the key no
 // longer held the lock: its lease ran out, or another client took the key
 // (a Lock released once returns ErrNotHeld at once, without contacting
 // Redis).
@@ -375,10 +375,15 @@ func (lk *Lock) end(ctx context.Context) error {
 
 // releaseBound is how long a release goes on in the background once its
 // caller stopped waiting: long enough for go-redis to send it again after a
-// timeout. releaseMark is how long a release leaves its mark: twice that.
+// timeout. releaseMark is how long a release leaves its mark (see
+// releaseScript), which Redis writes when it first runs the release: as
+// long as that, at least 10 s, covers every copy go-redis sends of it,
+// and of a command sent before it. A mark is a key of about 100 bytes: a
+// Locker that releases 1,000 locks a second through Redis keeps about
+// 25,000 of them with default options.
 func (l *Locker) releaseBound() time.Duration { return max(forgetTimeout, l.retry+time.Second) }
 
-func (l *Locker) releaseMark() time.Duration { return max(10*time.Second, 2*l.releaseBound()) }
+func (l *Locker) releaseMark() time.Duration { return max(10*time.Second, l.releaseBound()) }
 
 // beginRelease claims lk's release for the caller: false when lk is
 // released, or another Release of it is under way.
