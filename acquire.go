@@ -136,7 +136,8 @@ var errLeaseRanOut = errors.New("the lease ran out before the acquire's reply ar
 // than half of ttl (the reply came late, or the wait for a hand-off was
 // long), or is of another length than asked for. On failure the key is
 // released (which hands it on) before fit returns, as far as forgetWait and
-// ctx allow; errLeaseRanOut when it was no longer held.
+// ctx allow (for ErrNotReplicated, which says nothing is held, as far as
+// ctx allows); errLeaseRanOut when it was no longer held.
 func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bool) error {
 	for try := 1; ; try++ {
 		fence := fenced && lk.fence == 0
