@@ -149,7 +149,7 @@ func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bo
 		}, nil)
 		switch {
 		case err == nil && !r.held:
-			lk.markLost()
+			lk.lapse()
 			return failed("acquire", lk.key, errLeaseRanOut)
 		case errors.Is(err, ErrNotReplicated):
 			// Nothing is held once ErrNotReplicated returns.
@@ -212,12 +212,15 @@ func (l *Locker) releaseLater(lk *Lock) <-chan struct{} {
 		return done
 	}
 	lk.markReleased()
-	l.chores.run(func() {
-		defer close(done)
+	l.chores.begin()
+	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.releaseBound())
-		defer cancel()
-		lk.release(ctx)
-	})
+		n := lk.release(ctx)
+		cancel()
+		l.chores.end() // Shutdown waits for Redis, not for the hook
+		close(done)
+		l.handedOff(context.Background(), lk.key, false, n)
+	}()
 	return done
 }
 

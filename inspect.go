@@ -30,7 +30,7 @@ const (
 type Holder struct {
 	Token       string        // the holder's token (see Lock.Token)
 	Description string        // who holds it (see WithHolder); "" when none was stored
-	TTL         time.Duration // the lease left, as Redis sees it
+	TTL         time.Duration // the lease left, as Redis sees it; negative for a key with no expiry (not this library's lock)
 }
 
 // Inspect reports who holds key, with their leases, the latest fence issued

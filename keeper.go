@@ -394,7 +394,7 @@ func (k *keeper) renew(l *Locker, sends []renewalSend) {
 	for i, s := range batch {
 		s.r.lk.settled(ids[i], replies[i].outcome())
 		if replies[i].code == 0 {
-			s.r.lk.markLost()
+			s.r.lk.markLost(s.r.ctx)
 		}
 	}
 	retry := time.Now().Add(renewRetry)
@@ -415,6 +415,9 @@ func (k *keeper) renew(l *Locker, sends []renewalSend) {
 	}
 	k.mu.Unlock()
 	for i, s := range batch {
+		if replies[i].code == 0 && releaseBegun(s.r.lk) {
+			continue // it found the key gone by the release's doing: no renewal to speak of
+		}
 		l.renewed(s.r, sent, s.hedge, replies[i].event(), replies[i].err)
 	}
 }

@@ -345,10 +345,11 @@ func (lk *Lock) end(ctx context.Context) error {
 		res, err := runRelease(dctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, mode: lk.mode, leave: leave, mark: l.releaseMark()})
 		l.noteErr(err)
 		l.lines.released(l, lk.key, ln, res, err)
-		if err == nil {
-			l.handedOff(ctx, lk.key, false, res.handoffs) // also when the caller stopped waiting
-		}
 		return res, err
+	}, func(res releaseResult, err error) {
+		if err == nil { // the caller stopped waiting: reported when it is done
+			l.handedOff(ctx, lk.key, false, res.handoffs)
+		}
 	})
 	switch {
 	case isAbandoned(err):
@@ -367,6 +368,7 @@ func (lk *Lock) end(ctx context.Context) error {
 		return failed("release", lk.key, err)
 	}
 	lk.markReleased() // held or not, it is not ours any more
+	l.handedOff(ctx, lk.key, false, res.handoffs)
 	if !res.released {
 		return ErrNotHeld
 	}
@@ -399,10 +401,11 @@ func (lk *Lock) beginRelease() bool {
 
 // markLost records that lk is known not to be held (a Refresh, TTL or
 // renewal found the key gone or owned by another): its lease ends now, and
-// its kept context ends (which reports the loss; see Hooks.Lost). Once a
-// Release of lk has begun, the key is gone by its doing (a renewal that
-// reached Redis after it): no loss is reported then.
-func (lk *Lock) markLost() {
+// its kept context ends (which reports the loss; see Hooks.Lost; ctx is the
+// call's that found it). Once a Release of lk has begun, the key is gone by
+// its doing (a renewal that reached Redis after it): no loss is reported
+// then.
+func (lk *Lock) markLost(ctx context.Context) {
 	lk.mu.Lock()
 	if now := time.Now(); lk.clock.until.After(now) {
 		lk.clock.until = now
@@ -419,8 +422,26 @@ func (lk *Lock) markLost() {
 	case kept:
 		r.lose()
 	case report:
-		lk.reportLost(context.Background(), nil)
+		lk.reportLost(ctx, nil)
 	}
+}
+
+// lapse records that lk, which its acquisition has not returned yet, is not
+// held: its lease ended before the acquisition could renew it. Nobody held
+// it, so nobody is told (Hooks.Lost).
+func (lk *Lock) lapse() {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if now := time.Now(); lk.clock.until.After(now) {
+		lk.clock.until = now
+	}
+}
+
+// releaseBegun reports whether lk's release has begun, or lk is released.
+func releaseBegun(lk *Lock) bool {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.releasing || lk.released
 }
 
 // losable reports whether lk can be found lost: no Release of it is under
@@ -465,20 +486,18 @@ func (lk *Lock) markReleased() {
 
 // release releases lk through Redis, bounded by ctx, without the checks of
 // Release: for locks handed or passed to an Obtain that gave up meanwhile,
-// and for Releases that go on in the background. It reports the hand-offs
-// it makes (Hooks.HandOff).
-func (lk *Lock) release(ctx context.Context) {
+// and for Releases that go on in the background. It returns how many
+// waiters it handed the key to.
+func (lk *Lock) release(ctx context.Context) (handoffs int) {
 	l := lk.locker
 	if l.quorum != nil {
 		_, _ = l.quorum.release(ctx, lk)
-		return
+		return 0
 	}
 	ln, leave := l.lines.releasing(lk)
 	res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, mode: lk.mode, leave: leave, mark: l.releaseMark()})
 	l.lines.released(l, lk.key, ln, res, err)
-	if err == nil {
-		l.handedOff(ctx, lk.key, false, res.handoffs)
-	}
+	return res.handoffs
 }
 
 // Refresh extends the lease to ttl from now if the lock is still held. It
@@ -509,7 +528,7 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return failed("refresh", lk.key, err)
 	}
 	if !res.held {
-		lk.markLost()
+		lk.markLost(ctx)
 		return ErrNotHeld
 	}
 	lk.newGeneration(ttl)
@@ -533,7 +552,7 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, failed("read the lease of", lk.key, err)
 	}
 	if left < 0 {
-		lk.markLost()
+		lk.markLost(ctx)
 		return 0, ErrNotHeld
 	}
 	return left, nil

@@ -143,6 +143,9 @@ func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *o
 	if err := l.quorum.checkTTL(ttl); err != nil {
 		return nil, err
 	}
+	if err := l.checkUpgrade(ctx, key, o.mode); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	lk, attempts, err := l.acquire(ctx, key, ttl.Truncate(time.Millisecond), o)
 	l.obtained(ctx, key, start, attempts, lk, err)

@@ -17,8 +17,10 @@ import (
 // its locks held: a slow hook delays the call it reports on (Obtain returns
 // later) and nothing else, but a hook that blocks blocks that call. Hooks
 // are called from many goroutines at once: they must be safe for
-// concurrent use. ctx is the context of the call (Obtain's, Release's), or
-// for Renew and Lost the context KeepAlive returned.
+// concurrent use, and must not panic (a hook called in the background, for
+// a renewal or a release that goes on, would crash the process). ctx is
+// the context of the call (Obtain's, Release's, Refresh's), or for Renew
+// and Lost found by lease keeping the context KeepAlive returned.
 type Hooks struct {
 	// Obtain is called when Obtain, TryObtain or WithLock has acquired the
 	// lock or given up (not for calls rejected as bad input).
@@ -29,15 +31,21 @@ type Hooks struct {
 	// theirs when they run.
 	HandOff func(ctx context.Context, e HandOffEvent)
 	// Renew is called for each renewal of a kept lease (KeepAlive,
-	// WithLock) when its outcome is known.
+	// WithLock) when its outcome is known; not for one that found the key
+	// gone because the lock was released while it was on its way.
 	Renew func(ctx context.Context, e RenewEvent)
-	// Lost is called once per acquisition when it is known to be lost: its
-	// kept context ended with ErrLockLost, or a Refresh, TTL or renewal
-	// found the key gone or held by another owner. It is not called for a
-	// lock whose Release is under way or done (a renewal that reaches Redis
-	// after the release finds the key gone by the release's doing: the
-	// Release reports its outcome), nor for a lock whose kept context ended
-	// only because its parent did (an outer lock's loss).
+	// Lost is called once per acquisition that a call returned and that is
+	// then found lost: its kept context ended with ErrLockLost (by the
+	// goroutine of the lost-lock timer, when the lease ran out), or a
+	// Refresh, TTL or renewal found the key gone or held by another owner.
+	// It is not called for a loss found once a Release of the lock has
+	// begun (a renewal that reaches Redis after the release finds the key
+	// gone by the release's doing: the Release reports its outcome); a loss
+	// found before it may be reported after that Release has returned. Nor
+	// is it called for a lock whose kept context ended only because its
+	// parent did (an outer lock's loss), nor for a lease that ran out
+	// before its acquisition could return it (the acquisition fails, or
+	// waits on).
 	Lost func(ctx context.Context, e LostEvent)
 	// Release is called when the release of an acquisition returns (the
 	// Release of its last handle: see Lock.Context). Outcomes released,
@@ -69,6 +77,7 @@ const (
 type ObtainEvent struct {
 	Key      string
 	Outcome  Outcome       // OutcomeAcquired, OutcomeNotObtained or OutcomeError
+	Start    time.Time     // when the call began
 	Wait     time.Duration // from the call to its outcome
 	Attempts int           // acquire commands this call sent (0: joined, passed or handed the lock)
 	Joined   bool          // it joined a lock its ctx carries (see Lock.Context)
@@ -145,7 +154,7 @@ func (l *Locker) obtained(ctx context.Context, key string, start time.Time, atte
 	if h == nil {
 		return
 	}
-	e := ObtainEvent{Key: key, Wait: time.Since(start), Attempts: attempts, Err: err}
+	e := ObtainEvent{Key: key, Start: start, Wait: time.Since(start), Attempts: attempts, Err: err}
 	switch {
 	case err == nil:
 		e.Outcome, e.Joined, e.Token, e.Fence = OutcomeAcquired, lk.joined != nil, lk.token, lk.fence

@@ -515,3 +515,110 @@ func TestHooks_WithLockFailedReleaseGoesOn(t *testing.T) {
 		"the release went on and freed the key")
 	require.NoError(t, locker.Shutdown(ctx))
 }
+
+// Lost reports acquisitions that a call returned: a TryObtain whose reply
+// came with less than half of its 40 ms lease left renews the lease before
+// returning, and when that renewal reaches Redis after the lease ran out,
+// the TryObtain fails (outcome error, no token) and no Lost event follows;
+// nor for an Obtain in line whose claim came late, which waits on and
+// acquires in the end.
+func TestHooks_NoLostForALockNeverReturned(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	require.NoError(t, releaseScriptLoaded(ctx, rdb))
+	var slowReply, slowRenew atomic.Bool
+	rdb.AddHook(hook{
+		before: func(cmd redis.Cmder) {
+			if slowRenew.Load() && runs(cmd, redislock.RefreshScriptHash) {
+				time.Sleep(60 * time.Millisecond) // the renewal reaches Redis after the lease
+			}
+		},
+		after: func(cmd redis.Cmder, _ error) {
+			if slowReply.Load() && runs(cmd, redislock.AcquireScriptHash) {
+				time.Sleep(30 * time.Millisecond) // less than ttl/2 is left when the reply is read
+			}
+		},
+	})
+	var rec recorder
+	locker := redislock.New(rdb, redislock.WithHooks(rec.hooks()))
+	slowReply.Store(true)
+	slowRenew.Store(true)
+	_, err := locker.TryObtain(ctx, "k", 40*time.Millisecond)
+	require.Error(t, err)
+	time.Sleep(100 * time.Millisecond)
+	got := rec.snapshot()
+	require.Len(t, got.obtains, 1)
+	assert.Equal(t, redislock.OutcomeError, got.obtains[0].Outcome)
+	assert.Empty(t, got.losses, "a Lost event for a lock that no call returned")
+}
+
+// An exclusive Obtain on a ctx that carries a shared lock of the key is bad
+// input (ErrInvalidOption, nothing sent): the Obtain hook does not report
+// it, as for any call rejected as bad input.
+func TestHooks_ObtainNotForAnInvalidUpgrade(t *testing.T) {
+	b := miniBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	var rec recorder
+	locker := redislock.New(rdb, redislock.WithHooks(rec.hooks()))
+	reader, err := locker.Obtain(ctx, "k", time.Minute, redislock.WithShared())
+	require.NoError(t, err)
+	_, err = locker.Obtain(reader.Context(ctx), "k", time.Minute)
+	require.ErrorIs(t, err, redislock.ErrInvalidOption)
+	assert.Len(t, rec.snapshot().obtains, 1, "only the reader's Obtain is reported")
+	require.NoError(t, reader.Release(ctx))
+}
+
+// A slow HandOff hook delays nothing but what it reports on, after the
+// work is done: a Release whose ctx is shorter than the hook still returns
+// nil (Redis released the key and handed it over), and Shutdown does not
+// wait for the hook of a background release that has reached Redis.
+func TestHooks_SlowHandOffHookChangesNoOutcome(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	other, _ := b.client(t)
+	checker, _ := b.client(t)
+	handed, hooked := make(chan struct{}, 2), make(chan struct{}, 2)
+	var rec recorder
+	holder := redislock.New(rdb, redislock.WithHooks(rec.hooks()), redislock.WithHooks(redislock.Hooks{
+		HandOff: func(context.Context, redislock.HandOffEvent) {
+			handed <- struct{}{}
+			time.Sleep(500 * time.Millisecond)
+			hooked <- struct{}{}
+		},
+	}))
+
+	lk, err := holder.Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	waiter := obtainAsync(ctx, redislock.New(other), "k", time.Minute)
+	waitQueued(t, checker, "k", 1)
+	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	assert.NoError(t, lk.Release(rctx), "Redis released the key; only the hook was slow")
+	w := <-waiter
+	require.NoError(t, w.err)
+	require.NoError(t, w.lock.Release(ctx))
+	got := rec.snapshot().releases
+	require.Len(t, got, 1)
+	assert.Equal(t, redislock.OutcomeReleased, got[0].Outcome)
+	<-handed
+
+	lk, err = holder.Obtain(ctx, "k2", time.Minute)
+	require.NoError(t, err)
+	waiter = obtainAsync(ctx, redislock.New(other), "k2", time.Minute)
+	waitQueued(t, checker, "k2", 1)
+	dead, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorContains(t, lk.Release(dead), "background")
+	w = <-waiter
+	require.NoError(t, w.err)
+	require.NoError(t, w.lock.Release(ctx))
+	<-handed // the release has reached Redis
+	start := time.Now()
+	require.NoError(t, holder.Shutdown(ctx))
+	assert.Less(t, time.Since(start), 200*time.Millisecond, "Shutdown waited for the slow HandOff hook")
+	<-hooked
+	<-hooked
+}

@@ -365,13 +365,6 @@ func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 	return out
 }
 
-// releaseBegun reports whether lk's release has begun, or lk is released.
-func releaseBegun(lk *Lock) bool {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	return lk.releasing || lk.released
-}
-
 // acquire is Locker.acquire for a quorum Locker: it makes attempts, with
 // jittered backoff between them (o.wait == 0: one), until one takes the key
 // on a majority, ctx ends, or trying again cannot help: more than a
@@ -435,7 +428,7 @@ func (q *quorum) settle(ctx context.Context, lk *Lock, ttl time.Duration, fenced
 		lk.settled(id, res.outcome())
 		switch {
 		case res.code == 0:
-			lk.markLost()
+			lk.lapse()
 			return errLeaseRanOut
 		case res.code == -1:
 			return res.err

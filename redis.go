@@ -84,10 +84,11 @@ func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T
 // detached is bounded for a call that must go on when the caller stops
 // waiting for it: a release. f runs with a ctx that is not cancelled with
 // the caller's, bounded by d instead, so that a call abandoned at the
-// caller's deadline still completes. With a client that stops at deadlines
-// itself (direct) and a ctx with a deadline, f runs with ctx: the caller
-// then sees the deadline's error, and must carry on by itself.
-func detached[T any](ctx context.Context, direct bool, d time.Duration, f func(context.Context) (T, error)) (T, error) {
+// caller's deadline still completes; late, if not nil, then gets its
+// outcome (see bounded). With a client that stops at deadlines itself
+// (direct) and a ctx with a deadline, f runs with ctx: the caller then sees
+// the deadline's error, and must carry on by itself.
+func detached[T any](ctx context.Context, direct bool, d time.Duration, f func(context.Context) (T, error), late func(T, error)) (T, error) {
 	if _, ok := ctx.Deadline(); ok && direct {
 		v, err := f(ctx)
 		return v, withDeadline(ctx, err)
@@ -96,7 +97,7 @@ func detached[T any](ctx context.Context, direct bool, d time.Duration, f func(c
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 		defer cancel()
 		return f(dctx)
-	}, nil)
+	}, late)
 }
 
 // withDeadline adds ctx's end to err, the error of a call that go-redis

@@ -65,20 +65,36 @@ func (lk *Lock) acquisition() *Lock {
 // shared lock of the same key.
 var errUpgrade = fmt.Errorf("%w: an exclusive lock cannot join a shared one the context carries (a reader cannot become the writer)", ErrInvalidOption)
 
+// carried returns the locks of l on key that ctx carries, which a call in
+// mode m may join (none for permits), innermost first.
+func (l *Locker) carried(ctx context.Context, key string, m mode) []*Lock {
+	if m.permits > 0 {
+		return nil
+	}
+	var lks []*Lock
+	for h, _ := ctx.Value(heldKey{}).(*held); h != nil; h = h.next {
+		if a := h.lk; a.locker == l && a.key == key && a.mode.permits == 0 {
+			lks = append(lks, a)
+		}
+	}
+	return lks
+}
+
+// checkUpgrade refuses an exclusive call on a context that carries a shared
+// lock of the key: bad input, found before anything is sent.
+func (l *Locker) checkUpgrade(ctx context.Context, key string, m mode) error {
+	for _, a := range l.carried(ctx, key, m) {
+		if a.mode.shared && m.exclusive() {
+			return errUpgrade
+		}
+	}
+	return nil
+}
+
 // join returns a new handle of the lock on key that ctx carries for l, if
 // it carries one that a call in mode m may join, and nil otherwise.
 func (l *Locker) join(ctx context.Context, key string, m mode) (*Lock, error) {
-	if m.permits > 0 {
-		return nil, nil
-	}
-	for h, _ := ctx.Value(heldKey{}).(*held); h != nil; h = h.next {
-		a := h.lk
-		if a.locker != l || a.key != key || a.mode.permits > 0 {
-			continue
-		}
-		if a.mode.shared && m.exclusive() {
-			return nil, errUpgrade
-		}
+	for _, a := range l.carried(ctx, key, m) {
 		a.mu.Lock()
 		live := !a.released && !a.releasing && a.holds > 0
 		lost := live && (a.lost || a.lostWhy != nil || !time.Now().Before(a.clock.until))

@@ -27,11 +27,7 @@ func SlogHooks(logger *slog.Logger) Hooks {
 	}
 	return Hooks{
 		Obtain: func(ctx context.Context, e ObtainEvent) {
-			level := map[Outcome]slog.Level{OutcomeAcquired: slog.LevelDebug, OutcomeNotObtained: slog.LevelInfo}[e.Outcome]
-			if e.Outcome == OutcomeError {
-				level = slog.LevelWarn
-			}
-			log(ctx, level, "redislock: obtain", func() []slog.Attr {
+			log(ctx, levelOf(e.Outcome), "redislock: obtain", func() []slog.Attr {
 				return withErr([]slog.Attr{slog.String("key", e.Key), slog.String("outcome", string(e.Outcome)),
 					slog.Duration("wait", e.Wait), slog.Int("attempts", e.Attempts), slog.Int64("fence", e.Fence)}, e.Err)
 			})
@@ -42,11 +38,7 @@ func SlogHooks(logger *slog.Logger) Hooks {
 			})
 		},
 		Renew: func(ctx context.Context, e RenewEvent) {
-			level := slog.LevelDebug
-			if e.Outcome == OutcomeError {
-				level = slog.LevelWarn
-			}
-			log(ctx, level, "redislock: renewal", func() []slog.Attr {
+			log(ctx, levelOf(e.Outcome), "redislock: renewal", func() []slog.Attr {
 				return withErr([]slog.Attr{slog.String("key", e.Key), slog.String("outcome", string(e.Outcome)),
 					slog.Duration("latency", e.Latency), slog.Bool("hedge", e.Hedge)}, e.Err)
 			})
@@ -57,14 +49,25 @@ func SlogHooks(logger *slog.Logger) Hooks {
 			})
 		},
 		Release: func(ctx context.Context, e ReleaseEvent) {
-			level := map[Outcome]slog.Level{OutcomeReleased: slog.LevelDebug, OutcomeNotHeld: slog.LevelWarn,
-				OutcomeBackground: slog.LevelInfo, OutcomeError: slog.LevelWarn}[e.Outcome]
-			log(ctx, level, "redislock: release", func() []slog.Attr {
+			log(ctx, levelOf(e.Outcome), "redislock: release", func() []slog.Attr {
 				return withErr([]slog.Attr{slog.String("key", e.Key), slog.String("outcome", string(e.Outcome)),
 					slog.Duration("held", e.Held)}, e.Err)
 			})
 		},
 	}
+}
+
+// levelOf is the level SlogHooks logs an outcome at: failures (and a
+// Release that found the lock lost before) at WARN, contention and
+// releases that go on in the background at INFO, the rest at DEBUG.
+func levelOf(o Outcome) slog.Level {
+	switch o {
+	case OutcomeError, OutcomeNotHeld:
+		return slog.LevelWarn
+	case OutcomeNotObtained, OutcomeBackground:
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
 }
 
 // withErr appends err to attrs, as "err", when there is one.

@@ -32,7 +32,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -105,7 +104,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 //
 // Each Obtain, TryObtain and WithLock makes one span "redislock.obtain",
 // a child of the span in the call's ctx, made when the call returns: it
-// starts Wait before that (when the call began) and ends then. Its
+// starts when the call began and ends Wait later, when the call was done
+// (whatever other hooks ran before this one). Its
 // attributes are the key (always: a span is not a time series), the
 // outcome, the acquire commands sent and the fence (when not 0); the call's
 // error is recorded on it, and its status is Error for the outcome error
@@ -317,7 +317,7 @@ func (r *recorder) obtain(ctx context.Context, e redislock.ObtainEvent) {
 // obtainSpan makes the span of the Obtain e reports, which has just
 // returned.
 func (r *recorder) obtainSpan(ctx context.Context, e redislock.ObtainEvent) {
-	end := time.Now()
+	start, end := e.Start, e.Start.Add(e.Wait) // not when this hook runs: another may have run first
 	attrs := make([]attribute.KeyValue, 0, 5)
 	attrs = append(attrs, AttrKey.String(e.Key), AttrOutcome.String(string(e.Outcome)), AttrAttempts.Int(e.Attempts))
 	if e.Fence != 0 {
@@ -326,7 +326,7 @@ func (r *recorder) obtainSpan(ctx context.Context, e redislock.ObtainEvent) {
 	if e.Joined {
 		attrs = append(attrs, AttrJoined.Bool(true))
 	}
-	_, span := r.tracer.Start(ctx, "redislock.obtain", trace.WithTimestamp(end.Add(-e.Wait)),
+	_, span := r.tracer.Start(ctx, "redislock.obtain", trace.WithTimestamp(start),
 		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	if e.Err != nil {
 		span.RecordError(e.Err, trace.WithTimestamp(end))

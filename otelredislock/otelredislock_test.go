@@ -598,3 +598,21 @@ func assertAttr(t testing.TB, set attribute.Set, kv attribute.KeyValue) {
 		assert.Equal(t, kv.Value, v, "attribute %s", kv.Key)
 	}
 }
+
+// The obtain span starts when the call began and lasts its wait, also when
+// a hook that runs before otelredislock's is slow (here 200 ms).
+func TestSpans_StartIsWhenTheCallBegan(t *testing.T) {
+	ctx := ctxT(t, 10*time.Second)
+	tel := newTelemetry(t)
+	addr := startRedis(t)
+	slow := redislock.Hooks{Obtain: func(context.Context, redislock.ObtainEvent) { time.Sleep(200 * time.Millisecond) }}
+	locker := redislock.New(client(t, addr), redislock.WithHooks(slow), redislock.WithHooks(tel.hooks(t, otelredislock.WithTracerProvider(tel.tp))))
+	before := time.Now()
+	lk, err := locker.Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, lk.Release(ctx))
+	span := endedSpan(t, tel, "redislock.obtain")
+	assert.False(t, span.StartTime().Before(before), "started before the call")
+	assert.Less(t, span.StartTime().Sub(before), 50*time.Millisecond, "started after the call began")
+	assert.Less(t, span.EndTime().Sub(before), 150*time.Millisecond, "ended after the call was done")
+}

@@ -99,7 +99,7 @@ func parseRun(args []string, getenv func(string) string) (runConfig, error) {
 		return c, errorf("run: -fence-env and -token-env are both %s", c.fenceEnv)
 	}
 	c.key, c.argv = pos[0], argv
-	if c.redisURL, err = redisURL(*url, getenv); err != nil {
+	if c.redisURL, err = redisURL(fs, *url, getenv); err != nil {
 		return c, err
 	}
 	return c, nil
@@ -128,7 +128,7 @@ func parseStatus(args []string, getenv func(string) string) (statusConfig, error
 		return c, errorf("status: empty KEY")
 	}
 	c.key = pos[0]
-	if c.redisURL, err = redisURL(*url, getenv); err != nil {
+	if c.redisURL, err = redisURL(fs, *url, getenv); err != nil {
 		return c, err
 	}
 	return c, nil
@@ -208,12 +208,18 @@ func cut(args []string, sep string) (before, after []string, found bool) {
 	return args[:i], args[i+1:], true
 }
 
-// redisURL returns the Redis URL to use: flag (-redis), else $REDIS_URL,
-// else the default. It checks that the URL makes a client (which contacts
+// redisURL returns the Redis URL to use: the -redis flag of fs (whose
+// value is value), else $REDIS_URL, else the default. A -redis that is given
+// must not be empty. It checks that the URL makes a client (which contacts
 // nothing yet).
-func redisURL(flag string, getenv func(string) string) (string, error) {
-	url, from := flag, "-redis"
-	if url == "" {
+func redisURL(fs *flag.FlagSet, value string, getenv func(string) string) (string, error) {
+	url, from := value, "-redis"
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "redis" })
+	switch {
+	case given && url == "":
+		return "", errorf("-redis: empty URL")
+	case !given:
 		url, from = getenv("REDIS_URL"), "REDIS_URL"
 	}
 	if url == "" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,4 +61,18 @@ func TestHolderDescription(t *testing.T) {
 	assert.True(t, utf8.ValidString(long))
 	assert.True(t, strings.HasSuffix(long, "... on web-3 pid 4711"), long)
 	assert.True(t, utf8.ValidString(holderDescription([]string{"\xff"}, "h", 1)))
+}
+
+// COMMAND's environment has the key, the fence and the token under their
+// names (a later entry of a name wins, as exec does); a name "" gives none,
+// and removes an inherited variable of the default name (an outer run's),
+// so that COMMAND never takes another lock's fence or token for this one's.
+func TestCommandEnv(t *testing.T) {
+	outer := []string{"PATH=/bin", "REDISLOCK_FENCE=999", "REDISLOCK_TOKEN=outer"}
+	env := commandEnv(slices.Clone(outer), runConfig{key: "k", fenceEnv: defaultFenceEnv, tokenEnv: defaultTokenEnv}, 7, "tok")
+	assert.Equal(t, append(slices.Clone(outer), "REDISLOCK_KEY=k", "REDISLOCK_FENCE=7", "REDISLOCK_TOKEN=tok"), env)
+	env = commandEnv(slices.Clone(outer), runConfig{key: "k", fenceEnv: "", tokenEnv: ""}, 7, "tok")
+	assert.Equal(t, []string{"PATH=/bin", "REDISLOCK_KEY=k"}, env)
+	env = commandEnv(slices.Clone(outer), runConfig{key: "k", fenceEnv: "MY_FENCE", tokenEnv: ""}, 7, "tok")
+	assert.Equal(t, []string{"PATH=/bin", "REDISLOCK_FENCE=999", "REDISLOCK_KEY=k", "MY_FENCE=7"}, env)
 }

@@ -60,10 +60,11 @@ COMMAND runs, COMMAND gets SIGTERM, then SIGKILL after -grace.
   -E CODE          exit status when the lock is not obtained (1)
   -grace DURATION  after the lock is lost, time from SIGTERM to SIGKILL (10s)
   -fence-env NAME  environment variable for the fence (REDISLOCK_FENCE;
-                   "" for none)
+                   "" for none: an inherited REDISLOCK_FENCE is removed)
   -token-env NAME  environment variable for the token (REDISLOCK_TOKEN;
-                   "" for none)
-  -redis URL       the Redis (default $REDIS_URL, else redis://127.0.0.1:6379)
+                   "" for none: an inherited REDISLOCK_TOKEN is removed)
+  -redis URL       the Redis (default $REDIS_URL, else redis://127.0.0.1:6379;
+                   not empty)
 
 status prints who holds KEY (mode, holders with their lease left and
 token), its latest fence and how many wait; -json prints it as JSON.

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -243,19 +244,31 @@ func holders(info redislock.Info) string {
 	return s
 }
 
+// commandEnv is COMMAND's environment: redislock's (environ), with the
+// key, and the fence and the token under their names. A variable of the
+// default name that a name "" turns off is removed (an outer redislock's),
+// so that COMMAND never takes another lock's fence or token for this one's.
+func commandEnv(environ []string, c runConfig, fence int64, token string) []string {
+	env := slices.DeleteFunc(environ, func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return (c.fenceEnv == "" && name == defaultFenceEnv) || (c.tokenEnv == "" && name == defaultTokenEnv)
+	})
+	env = append(env, keyEnv+"="+c.key)
+	if c.fenceEnv != "" {
+		env = append(env, c.fenceEnv+"="+strconv.FormatInt(fence, 10))
+	}
+	if c.tokenEnv != "" {
+		env = append(env, c.tokenEnv+"="+token)
+	}
+	return env
+}
+
 // supervise keeps the lock while COMMAND (found at path) runs, and returns
 // the exit status. It releases the lock.
 func (r *runner) supervise(lk *redislock.Lock, path string) int {
 	c := r.cfg
 	kept := lk.KeepAlive(context.Background())
-	env := os.Environ()
-	env = append(env, keyEnv+"="+c.key)
-	if c.fenceEnv != "" {
-		env = append(env, c.fenceEnv+"="+strconv.FormatInt(lk.Fence(), 10))
-	}
-	if c.tokenEnv != "" {
-		env = append(env, c.tokenEnv+"="+lk.Token())
-	}
+	env := commandEnv(os.Environ(), c, lk.Fence(), lk.Token())
 	ownGroup := r.term == nil
 	cmd := &exec.Cmd{
 		Path: path, Args: c.argv, Env: env,

@@ -60,6 +60,8 @@ func TestUsage_BadInputExits2AndWritesNothing(t *testing.T) {
 		{[]string{"run", "-redis", url + "?bogus=1", "k", "--", "true"}, "bogus"},
 		{[]string{"run", "-redis", "redis+sentinel://" + redisAddr, "k", "--", "true"}, "master_name"},
 		{[]string{"run", "-redis", redisAddr, "k", "--", "true"}, "-redis"},
+		{[]string{"run", "-redis", "", "k", "--", "true"}, "-redis: empty URL"},
+		{[]string{"status", "-redis=", "k"}, "-redis: empty URL"},
 		// Ports out of 1..65535, of the host or of an addr parameter, in
 		// every kind of URL.
 		{[]string{"run", "-redis", "redis://127.0.0.1:0", "k", "--", "true"}, `port "0"`},
