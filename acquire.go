@@ -70,7 +70,8 @@ func (l *Locker) tryOnce(ctx context.Context, key string, ttl time.Duration, o *
 // loop only does it.
 // It also returns how many attempts this Obtain sent.
 func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *options) (_ *Lock, attempts int, _ error) {
-	ln, w := l.lines.join(l, key, ttl, o)
+	deadline, _ := ctx.Deadline()
+	ln, w := l.lines.join(key, ttl, deadline, o)
 	for {
 		s := l.lines.next(l, ln, w)
 		switch {
@@ -142,11 +143,11 @@ func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bo
 	for try := 1; ; try++ {
 		fence := fenced && lk.fence == 0
 		id, gen, _ := lk.setting(ttl)
-		r, err := bounded(ctx, l.direct, func(ctx context.Context) (refreshResult, error) {
+		r, err := call(ctx, l, func(ctx context.Context) (refreshResult, error) {
 			res, err := l.refresh(ctx, refreshArgs{key: lk.key, token: lk.token, mode: lk.mode, ttl: ttl, gen: gen, fenced: fence}, lk.replicas)
 			lk.settled(id, outcomeOf(res, err))
 			return res, err
-		}, nil)
+		})
 		switch {
 		case err == nil && !r.held:
 			lk.lapse()

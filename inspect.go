@@ -43,12 +43,12 @@ func (l *Locker) Inspect(ctx context.Context, key string) (Info, error) {
 	if err := l.check(key, time.Millisecond, &l.opts); err != nil {
 		return Info{}, err
 	}
-	info, err := bounded(ctx, l.direct, func(ctx context.Context) (Info, error) {
+	info, err := call(ctx, l, func(ctx context.Context) (Info, error) {
 		if l.quorum != nil {
 			return l.quorum.inspect(ctx, key)
 		}
 		return runInspect(ctx, l.client, key)
-	}, nil)
+	})
 	if err != nil {
 		return Info{}, failed("inspect", key, err)
 	}

@@ -78,6 +78,12 @@ func margin(ttl, safety time.Duration) time.Duration {
 // Release is called. Calling KeepAlive again replaces the previous context
 // (it is cancelled). The leases of a Locker are renewed by one goroutine,
 // which runs while the Locker keeps a lease, in pipelines per Redis node.
+//
+// On a handle that joined another acquisition (see Lock.Context), the
+// returned context ends when ctx does or when the acquisition's kept
+// context does, with its cause; an acquisition not kept yet is kept from
+// then on, until it is released or lost, whatever becomes of ctx (other
+// handles may rely on it).
 func (lk *Lock) KeepAlive(ctx context.Context) context.Context {
 	if lk.joined != nil {
 		return lk.keepJoined(ctx)

@@ -133,20 +133,23 @@ type line struct {
 	token   string    // the line's place, and the key's value once handed to it
 
 	place    placeState
-	joined   bool      // an attempt to take a place with token was sent: later ones renew it
-	base     time.Time // when the latest command that confirmed the place was sent
-	renewAt  time.Time // when the head renews the place
-	holdEnd  time.Time // when the holder's lease ends, as the latest reply said; zero: unknown
-	check    bool      // a hand-off may have gone unheard: the head asks Redis
-	handed   *handoff  // the key was handed to token; applied once the place is confirmed
-	inflight int       // attempts carrying token that have not returned
-	sent     time.Time // when the latest attempt was sent
-	asked    time.Time // when the first attempt sent since the latest reply was sent; zero: none
-	suspect  bool      // go-redis may have sent an attempt of token twice (see mayResend)
-	lastErr  error     // the error of the latest attempt; nil when it found the key held
+	joined   bool          // an attempt to take a place with token was sent: later ones renew it
+	base     time.Time     // when the latest command that confirmed the place was sent
+	renewAt  time.Time     // when the head renews the place
+	holdEnd  time.Time     // when the holder's lease ends, as the latest reply said; zero: unknown
+	check    bool          // a hand-off may have gone unheard: the head asks Redis
+	handed   *handoff      // the key was handed to token; applied once the place is confirmed
+	inflight int           // attempts carrying token that have not returned
+	sent     time.Time     // when the latest attempt was sent
+	first    time.Time     // when token's first attempt (which took its place) was sent
+	asked    time.Time     // when the first attempt sent since the latest reply was sent; zero: none
+	heard    time.Time     // when the latest reply came (of any token of the line)
+	placedc  chan struct{} // closed when a reply for token comes, or the line leaves it (see placing)
+	gaveUp   string        // the latest token whose place the line gave up (see retoken)
+	suspect  bool          // go-redis may have sent an attempt of token twice (see mayResend)
+	lastErr  error         // the error of the latest attempt; nil when it found the key held
 
 	hold   *Lock       // this Locker's lock on the key, got through the line
-	idle   time.Time   // since when nobody waits in the line kept for its hold
 	passes int         // passes left for hold
 	round  time.Time   // when the hold was got from Redis
 	expiry *time.Timer // drops a line kept for its hold alone when the hold's lease ends
@@ -158,6 +161,7 @@ type line struct {
 type waiter struct {
 	ttl      time.Duration
 	fenced   bool
+	deadline time.Time     // when its Obtain ends; zero: no deadline
 	wake     chan struct{} // something changed for the waiter
 	min, max time.Duration // the bounds of its backoff (WithBackoff)
 	poll     time.Duration // next polling (or retry) delay, while it is the head
@@ -176,29 +180,24 @@ func (w *waiter) poke() {
 	}
 }
 
-// join puts a waiter for key at the end of its line. Exclusive waiters of
-// a Locker share a line per key; a shared or permit waiter has a line of
-// its own, since each holder has its own token in Redis (and passes are
-// only between exclusive waiters). A line that nobody waited in for
-// passSlice (it was kept for its hold) gives up its place first: a waiter
-// that comes back later is in line behind those that came meanwhile.
-func (ls *lines) join(l *Locker, key string, ttl time.Duration, o *options) (*line, *waiter) {
-	w := &waiter{ttl: ttl, fenced: o.fencing, wake: make(chan struct{}, 1), min: o.minBackoff, max: o.maxBackoff, poll: o.minBackoff}
+// join puts a waiter for key, whose Obtain ends at deadline (zero: none),
+// at the end of its line. Exclusive waiters of a Locker share a line per
+// key; a shared or permit waiter has a line of its own, since each holder
+// has its own token in Redis (and passes are only between exclusive
+// waiters). A line that nobody waits in has no place in Redis (see
+// settle): a waiter that comes back later is in line behind those that
+// came meanwhile.
+func (ls *lines) join(key string, ttl time.Duration, deadline time.Time, o *options) (*line, *waiter) {
+	w := &waiter{ttl: ttl, fenced: o.fencing, deadline: deadline, wake: make(chan struct{}, 1), min: o.minBackoff, max: o.maxBackoff, poll: o.minBackoff}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ls.quit = false
-	if !o.mode.exclusive() {
-		ln := ls.ownLine(key, o.mode)
-		ln.waiters = append(ln.waiters, w)
-		return ln, w
+	var ln *line
+	if o.mode.exclusive() {
+		ln = ls.lineFor(key)
+	} else {
+		ln = ls.ownLine(key, o.mode)
 	}
-	ln := ls.lineFor(key)
-	if len(ln.waiters) == 0 && ln.place != noPlace && ln.inflight == 0 && time.Since(ln.idle) > passSlice {
-		token, m, spend := ln.token, ln.mode, ln.suspect
-		l.chores.run(func() { l.leave(key, token, m, spend) })
-		ls.renewToken(ln)
-	}
-	ln.idle = time.Time{}
 	ln.waiters = append(ln.waiters, w)
 	return ln, w
 }
@@ -292,6 +291,9 @@ func (ls *lines) next(l *Locker, ln *line, w *waiter) step {
 		if poll := ln.base.Add(w.poll); !ls.sub.isArmed() && poll.Before(due) {
 			due = poll
 		}
+		if look := lastLook(ln); !look.IsZero() && look.Before(due) {
+			due = look
+		}
 	}
 	if w.retryAt.After(due) {
 		due = w.retryAt
@@ -304,6 +306,23 @@ func (ls *lines) next(l *Locker, ln *line, w *waiter) step {
 	}
 	ln.check = false
 	return step{attempt: ls.send(l, ln, w, now)}
+}
+
+// lastLook is when the head asks Redis once more before the first of its
+// line's waiters gives up, unless a reply came after that: so that a wait
+// that ends has a reply at most 2 noAnswer old, or an attempt unanswered
+// for at least as long (see leave). Zero when there is no such deadline.
+func lastLook(ln *line) time.Time {
+	var first time.Time
+	for _, w := range ln.waiters {
+		if !w.deadline.IsZero() && (first.IsZero() || w.deadline.Before(first)) {
+			first = w.deadline
+		}
+	}
+	if look := first.Add(-2 * noAnswer); !first.IsZero() && look.After(ln.heard) {
+		return look
+	}
+	return time.Time{}
 }
 
 // hedge says what the head w does while attempts of its line are in
@@ -330,6 +349,9 @@ func (ls *lines) send(l *Locker, ln *line, w *waiter, now time.Time) *attemptArg
 	if ln.asked.IsZero() {
 		ln.asked = now
 	}
+	if !ln.joined {
+		ln.first = now
+	}
 	a := &attemptArgs{key: ln.key, token: ln.token, locker: l.id, holder: l.opts.holder, ttl: w.ttl, fenced: w.fenced, mode: ln.mode, place: placeLease, renew: ln.joined}
 	ln.joined = true
 	return a
@@ -341,14 +363,16 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 	defer ls.mu.Unlock()
 	ln.inflight--
 	l.noteErr(err)
+	ln.heard = time.Now()
 	if a.token != ln.token {
 		// The line has left the token (it was granted the key, or spent):
 		// nothing of this reply applies.
 		ls.settle(l, ln)
 		return
 	}
-	now := time.Now()
+	now := ln.heard
 	ln.asked = time.Time{}
+	ln.unblock()
 	ln.lastErr = err
 	if (err != nil && !refused(err)) || l.mayResend(now.Sub(start)) {
 		ln.suspect = true
@@ -365,7 +389,8 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 	case err == nil && res.noPlace:
 		// The place lapsed, or a hand-off to it went unheard and its lease
 		// ran out: the token is spent. Take a new place with a new one.
-		ls.renewToken(ln)
+		ln.place = noPlace
+		ls.retoken(l, ln)
 	case err == nil:
 		ls.placed(l, ln, start)
 		ln.holdEnd = time.Time{}
@@ -418,6 +443,27 @@ func (ls *lines) grant(ln *line, lk *Lock) {
 	ls.renewToken(ln)
 }
 
+// retoken gives ln a new token, and takes the old one out of Redis's line
+// if it may have a place there, marking it spent if a command of it may
+// still run (see leave).
+func (ls *lines) retoken(l *Locker, ln *line) {
+	if spend := ln.inflight > 0 || ln.suspect; ln.place != noPlace || spend {
+		key, token, m := ln.key, ln.token, ln.mode
+		ln.gaveUp = token
+		l.chores.run(func() { l.leave(key, token, m, spend) })
+	}
+	ls.renewToken(ln)
+}
+
+// unblock closes placedc: a Release waiting for the line's place waits no
+// more (see placing).
+func (ln *line) unblock() {
+	if ln.placedc != nil {
+		close(ln.placedc)
+		ln.placedc = nil
+	}
+}
+
 // renewToken gives ln a new token, with no place yet.
 func (ls *lines) renewToken(ln *line) {
 	if ln.own {
@@ -429,6 +475,7 @@ func (ls *lines) renewToken(ln *line) {
 	}
 	ln.token, ln.place, ln.joined, ln.check, ln.handed, ln.holdEnd, ln.suspect = newToken(), noPlace, false, false, nil, time.Time{}, false
 	ln.asked = time.Time{} // replies for the token left are not waited for
+	ln.unblock()
 }
 
 // settle brings the line up to date after a change: it applies a pending
@@ -436,15 +483,22 @@ func (ls *lines) renewToken(ln *line) {
 // its hold or detaches it and cleans up its place in Redis.
 func (ls *lines) settle(l *Locker, ln *line) {
 	if h := ln.handed; h != nil && len(ln.waiters) > 0 {
+		// The hand-off ran after the command that took the place, the
+		// token's first attempt, sent at ln.first; base, when a reply
+		// confirmed the place, is later still and as good.
+		base := ln.first
+		if ln.place == placed {
+			base = ln.base
+		}
 		switch {
-		case ln.place != placed:
+		case !ln.joined:
 			ln.check = true // the base is unknown: the head asks Redis
 		case h.fence < 0:
 			ln.handed, ln.place = nil, noPlace
 			ln.waiters[0].fail(errFenceNotIssued)
 		default:
 			ln.handed = nil
-			ls.grant(ln, newLock(l, ln.key, ln.token, ln.mode, h.fence, h.lease, ln.base))
+			ls.grant(ln, newLock(l, ln.key, ln.token, ln.mode, h.fence, h.lease, base))
 		}
 	}
 	if len(ln.waiters) > 0 {
@@ -452,8 +506,10 @@ func (ls *lines) settle(l *Locker, ln *line) {
 		return
 	}
 	if !ln.detached && !ln.own && ln.handed == nil && holding(ln) {
-		if ln.idle.IsZero() {
-			ln.idle = time.Now()
+		// Nobody waits: the line keeps its hold (for the Locker's next
+		// Obtain to be passed it), not its place in Redis.
+		if ln.place != noPlace || ln.inflight > 0 || ln.suspect {
+			ls.retoken(l, ln)
 		}
 		ls.keepFor(l, ln)
 		return
@@ -491,6 +547,7 @@ func (ls *lines) detach(ln *line) {
 		return
 	}
 	ln.detached = true
+	ln.unblock()
 	if ln.expiry != nil {
 		ln.expiry.Stop()
 	}
@@ -567,6 +624,25 @@ func (ls *lines) pass(lk *Lock) bool {
 	return true
 }
 
+// placing returns a channel that is closed when the line of lk's key,
+// whose waiters have no confirmed place in Redis (its first attempt is on
+// its way: the line was just granted the key, and took a new token), gets
+// a reply; nil when there is nothing to wait for. A release through Redis
+// waits for it (see Lock.end), so that the key is not free, for anyone to
+// take, while this Locker's waiters are between two places.
+func (ls *lines) placing(lk *Lock) <-chan struct{} {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ln := ls.byKey[lk.key]
+	if ln == nil || len(ln.waiters) == 0 || ln.place == placed || ln.inflight == 0 {
+		return nil
+	}
+	if ln.placedc == nil {
+		ln.placedc = make(chan struct{})
+	}
+	return ln.placedc
+}
+
 // releasing prepares the release of lk through Redis. A lock that was the
 // line's hold ends it; a line that nobody waits in any more gives up its
 // place in the same script (leave).
@@ -581,22 +657,17 @@ func (ls *lines) releasing(lk *Lock) (ln *line, leave string) {
 	if len(ln.waiters) > 0 {
 		return nil, ""
 	}
-	if ln.handed == nil && (ln.inflight > 0 || ln.suspect) {
-		// A command of the token may still run: the clean-up spends it.
-		// The release takes its place out of line first all the same, so
-		// that it does not hand the key to this line, which nobody waits
-		// in.
-		token := ln.token
-		ls.settle(lk.locker, ln)
-		return nil, token
+	if ln.place != noPlace && ln.handed == nil && ln.inflight == 0 && !ln.suspect {
+		ls.detach(ln)
+		ln.inflight++ // the place goes in the release's script
+		return ln, ln.token
 	}
-	if ln.handed != nil || ln.place == noPlace {
-		ls.settle(lk.locker, ln) // detaches it, and cleans up what needs it
-		return nil, ""
-	}
-	ls.detach(ln)
-	ln.inflight++
-	return ln, ln.token
+	// The place the line last gave up goes in the release's script too,
+	// should its own clean-up not have reached Redis yet: the release must
+	// not hand the key to it.
+	leave = ln.gaveUp
+	ls.settle(lk.locker, ln) // detaches it, and cleans up what needs it
+	return nil, leave
 }
 
 // released settles a release: the place it gave up for ln (when leave), and

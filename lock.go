@@ -338,6 +338,12 @@ func (lk *Lock) end(ctx context.Context) error {
 	if l.quorum != nil {
 		return lk.endQuorum(ctx)
 	}
+	if placing := l.lines.placing(lk); placing != nil {
+		// A waiter of this Locker is between two places in line: let its
+		// place reach Redis first (a round trip), so that the key does not
+		// go free for others to take meanwhile.
+		await(ctx, placing, noAnswer)
+	}
 	ln, leave := l.lines.releasing(lk)
 	l.chores.begin()
 	res, err := detached(ctx, l.direct, l.releaseBound(), func(dctx context.Context) (releaseResult, error) {
@@ -519,11 +525,11 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if !ok {
 		return ErrNotHeld
 	}
-	res, err := bounded(ctx, lk.locker.direct, func(ctx context.Context) (refreshResult, error) {
+	res, err := call(ctx, lk.locker, func(ctx context.Context) (refreshResult, error) {
 		res, err := lk.locker.refresh(ctx, refreshArgs{key: lk.key, token: lk.token, mode: lk.mode, ttl: ttl, gen: gen}, lk.replicas)
 		lk.settled(id, outcomeOf(res, err))
 		return res, err
-	}, nil)
+	})
 	if err != nil {
 		return failed("refresh", lk.key, err)
 	}
@@ -542,12 +548,12 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, ErrNotHeld
 	}
 	lk = lk.acquisition()
-	left, err := bounded(ctx, lk.locker.direct, func(ctx context.Context) (time.Duration, error) {
+	left, err := call(ctx, lk.locker, func(ctx context.Context) (time.Duration, error) {
 		if q := lk.locker.quorum; q != nil {
 			return q.pttl(ctx, lk.key, lk.token)
 		}
 		return runPTTL(ctx, lk.locker.client, lk.key, lk.token, lk.mode)
-	}, nil)
+	})
 	if err != nil {
 		return 0, failed("read the lease of", lk.key, err)
 	}

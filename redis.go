@@ -81,6 +81,17 @@ func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T
 	}
 }
 
+// call is bounded for a call of l: when ctx ends first, the call goes on
+// until go-redis gives up on it, counted as a chore of l, which Shutdown
+// waits for.
+func call[T any](ctx context.Context, l *Locker, f func(context.Context) (T, error)) (T, error) {
+	l.chores.begin()
+	return bounded(ctx, l.direct, func(ctx context.Context) (T, error) {
+		defer l.chores.end()
+		return f(ctx)
+	}, nil)
+}
+
 // detached is bounded for a call that must go on when the caller stops
 // waiting for it: a release. f runs with a ctx that is not cancelled with
 // the caller's, bounded by d instead, so that a call abandoned at the

@@ -147,14 +147,24 @@ func (lk *Lock) handleEnded() bool {
 
 // keepJoined is KeepAlive for a handle that joined another acquisition: the
 // returned context ends when ctx does, or with the acquisition's lease
-// context and its cause; an acquisition not kept yet is kept from now on.
+// context and its cause. An acquisition not kept yet is kept from now on,
+// until it is released or lost: not only while ctx lasts, since other
+// handles (siblings) may rely on it.
 func (lk *Lock) keepJoined(ctx context.Context) context.Context {
 	a := lk.joined
 	a.mu.Lock()
 	r := a.renewal
 	a.mu.Unlock()
-	if r == nil {
-		return a.KeepAlive(ctx)
+	if r == nil || r.ctx.Err() != nil {
+		a.KeepAlive(context.WithoutCancel(ctx))
+		a.mu.Lock()
+		r = a.renewal
+		a.mu.Unlock()
+		if r == nil { // released meanwhile
+			child, cancel := context.WithCancelCause(ctx)
+			cancel(ErrNotHeld)
+			return child
+		}
 	}
 	child, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(r.ctx, func() { cancel(context.Cause(r.ctx)) })

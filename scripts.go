@@ -351,10 +351,13 @@ end
 //	ARGV[4] "1" to issue a fence, "0" not to
 //	ARGV[5] how long to keep a place in line, in ms; "0": a single attempt
 //	        that takes no place
-//	ARGV[6] "1" to take a place (a token's first attempt), "0" to renew
-//	        the place the token has: a place is taken once per token, so
-//	        that a place confirmed by a reply was taken before any hand-off
-//	        to its token (a hand-off removes the place for good)
+//	ARGV[6] "1" to take a place (a token's first attempt, or a single
+//	        attempt), "0" to renew the place the token has: a place is taken
+//	        once per token, so that a place confirmed by a reply was taken
+//	        before any hand-off to its token (a hand-off removes the place
+//	        for good). A renewal never takes a free key: only a hand-off to
+//	        its place gives it the key (a copy of it that runs after the
+//	        hand-off's lease ran out takes nothing).
 //	ARGV[7] the mode: "x" exclusive, "s" shared, or a number of permits
 //	ARGV[8] the holder's description, "" for none (see WithHolder)
 //	KEYS[9] the release mark of ARGV[1] (see releaseScript)
@@ -394,7 +397,7 @@ if queued then
 	queued = redis.call("EXISTS", QUEUE) == 1
 end
 local mine = holds(token, mode)
-if mine or (not queued and fits(mode)) then
+if mine or (ARGV[6] == "1" and not queued and fits(mode)) then
 	local fence, err = askedFence(fenced)
 	if not fence then
 		if drop(token, mode) then
