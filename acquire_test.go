@@ -135,6 +135,34 @@ func TestAcquire_RedisKilledDuringAWaitIsNotContention(t *testing.T) {
 	}
 }
 
+// A network that goes silent mid-wait (both ways), as the holder releases
+// to the waiter's own place: the waiter's last look before its deadline
+// goes unanswered, and the wait ends as a Redis failure, not as contention
+// (nobody else held the key; no answer came for the last 380 ms).
+func TestAcquire_SilentNetworkMidWaitIsNotContention(t *testing.T) {
+	x, _, direct, locker := toxiSetup(t)
+	ctx := ctxT(t, 20*time.Second)
+	holder, err := redislock.New(direct).Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+	defer cancel()
+	ch := obtainAsync(wctx, locker, "k", time.Minute)
+	waitQueued(t, direct, "k", 1)
+	require.Eventually(t, func() bool {
+		return direct.PubSubNumSub(ctx, redislock.WakeChannel(locker)).Val()[redislock.WakeChannel(locker)] == 1
+	}, time.Second, time.Millisecond, "subscribed")
+	time.Sleep(20 * time.Millisecond)
+	x.add("hole-up", "blackhole", "upstream", nil)
+	x.add("hole-down", "blackhole", "downstream", nil)
+	require.NoError(t, holder.Release(ctx))
+	r := <-ch
+	assert.ErrorIs(t, r.err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, r.err, redislock.ErrNotObtained, "Redis unreachable: reported as contention")
+	x.remove("hole-up")
+	x.remove("hole-down")
+	require.NoError(t, locker.Shutdown(ctx))
+}
+
 // A late copy of a TryObtain's attempt (go-redis sent it again after a read
 // timeout; the second copy found the key held) that reaches Redis after
 // the holder released takes nothing: the TryObtain, which took long enough

@@ -61,3 +61,28 @@ func TestShutdown(t *testing.T) {
 	assert.ErrorIs(t, slowLocker.Shutdown(short), context.DeadlineExceeded, "Shutdown keeps ctx's deadline")
 	require.NoError(t, slowLocker.Shutdown(ctx))
 }
+
+// A Refresh and a TTL abandoned at their deadline (Redis frozen) go on
+// until go-redis gives up on them, as clean-up Shutdown waits for: when
+// Shutdown returns nil, no goroutine of the Locker is left.
+func TestShutdown_WaitsForAbandonedCalls(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	c, _ := b.client(t, func(o *redis.Options) { o.ReadTimeout = 500 * time.Millisecond; o.MaxRetries = -1 })
+	l := redislock.New(c)
+	lk, err := l.Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	gone := noLibraryGoroutinesLeft(t)
+	b.srv.Freeze(t)
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	assert.Error(t, lk.Refresh(short, time.Minute))
+	cancel()
+	short, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = lk.TTL(short)
+	assert.Error(t, err)
+	cancel()
+	require.NoError(t, l.Shutdown(ctx))
+	gone(50 * time.Millisecond)
+	b.srv.Thaw(t)
+	require.NoError(t, lk.Release(ctx))
+}

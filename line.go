@@ -625,16 +625,17 @@ func (ls *lines) pass(lk *Lock) bool {
 }
 
 // placing returns a channel that is closed when the line of lk's key,
-// whose waiters have no confirmed place in Redis (its first attempt is on
-// its way: the line was just granted the key, and took a new token), gets
-// a reply; nil when there is nothing to wait for. A release through Redis
-// waits for it (see Lock.end), so that the key is not free, for anyone to
-// take, while this Locker's waiters are between two places.
+// whose waiters have no confirmed place in Redis (the line was just
+// granted the key, and its first attempt with a new token is about to be
+// sent, or on its way), gets a reply; nil when there is nothing to wait
+// for. A release through Redis waits for it (see Lock.end), so that the
+// key is not free, for anyone to take, while this Locker's waiters are
+// between two places.
 func (ls *lines) placing(lk *Lock) <-chan struct{} {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln := ls.byKey[lk.key]
-	if ln == nil || len(ln.waiters) == 0 || ln.place == placed || ln.inflight == 0 {
+	if ln == nil || len(ln.waiters) == 0 || ln.place == placed {
 		return nil
 	}
 	if ln.placedc == nil {

@@ -976,3 +976,90 @@ func TestLine_WrongTypeLeavesNoPlace(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, lk.Release(ctx))
 }
+
+// A renewal of a place never takes a free key: only a hand-off to its place
+// gives it the key. So a copy of a renewal that go-redis sent again, and
+// that runs after the hand-off's lease ran out, takes nothing: it finds no
+// place, and the key stays free.
+func TestLine_RenewalNeverTakesAFreeKey(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		rdb, _ := b.client(t)
+		ours, noPlace, err := redislock.Renew(redislock.New(rdb), "k", "a-token-with-no-place")
+		require.NoError(t, err)
+		assert.False(t, ours)
+		assert.True(t, noPlace)
+		assert.Zero(t, rdb.Exists(context.Background(), "k").Val(), "the free key was taken by a renewal")
+	})
+}
+
+// The place of an Obtain that gave up while its Locker holds the key (the
+// hold, kept for the Locker's next Obtain) leaves the line at once: when
+// Shutdown returns, nothing of it is in Redis, and once the hold's lease
+// ends (the process exited without releasing), the next Obtain of another
+// process gets the key, not a place nobody waits in.
+func TestLine_GivenUpPlaceBesideAHoldLeaves(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	direct, _ := b.client(t)
+	ac, _ := b.client(t)
+	a := redislock.New(ac)
+	hold, err := a.Obtain(ctx, "k", 400*time.Millisecond) // never released
+	require.NoError(t, err)
+	_, err = a.Obtain(ctx, "k", time.Minute, redislock.WithWait(100*time.Millisecond))
+	require.ErrorIs(t, err, redislock.ErrNotObtained)
+	require.NoError(t, a.Shutdown(ctx))
+	assert.Empty(t, queued(t, direct, "k"), "the given-up Obtain's place is still in line")
+	require.NoError(t, ac.Close()) // the process exits
+
+	time.Sleep(time.Until(hold.Until()) + 20*time.Millisecond)
+	bc, _ := b.client(t)
+	lk, err := redislock.New(bc).Obtain(ctx, "k", time.Second, redislock.WithWait(3*time.Second))
+	require.NoError(t, err, "the key went to the place of an Obtain that had given up")
+	require.NoError(t, lk.Release(ctx))
+}
+
+// Waiters of one Locker that are never passed the lock (fenced: each
+// acquisition has a fence of its own) take the key in turn through Redis,
+// each releasing it at once; a Release waits for its Locker's next place
+// to reach Redis before it gives the key back, so another process's
+// TryObtain, tried again and again, never takes the key while two of them
+// wait (bar one in a thousand, measured as the waiters line up).
+func TestLine_FencedWaitersAreNotOvertaken(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	ac, _ := b.client(t)
+	a := redislock.New(ac, redislock.WithFencing())
+	var waiting atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(time.Second)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				waiting.Add(1)
+				lk, err := a.Obtain(ctx, "k", time.Minute)
+				waiting.Add(-1)
+				if !assert.NoError(t, err) {
+					return
+				}
+				_ = lk.Release(ctx)
+			}
+		}()
+	}
+	bc, _ := b.client(t)
+	other := redislock.New(bc)
+	var tries, overtook int
+	for time.Now().Before(end) {
+		tries++
+		if lk, err := other.TryObtain(ctx, "k", time.Minute); err == nil {
+			if waiting.Load() >= 2 {
+				overtook++
+			}
+			_ = lk.Release(ctx)
+		}
+	}
+	wg.Wait()
+	t.Logf("%d TryObtains, %d took the key while two Obtains of the other Locker waited", tries, overtook)
+	assert.LessOrEqual(t, overtook*1000, tries, "a newcomer overtook waiters between two places of their Locker")
+}

@@ -215,3 +215,39 @@ func TestReentrant_LostLockIsNotJoined(t *testing.T) {
 	assert.Equal(t, before, sent.Load(), "nothing sent")
 	require.NoError(t, theirs.Release(ctx))
 }
+
+// Two nested WithLocks join a lock that is not kept: the first one's
+// KeepAlive keeps the acquisition, not only while its own ctx lasts, so
+// that when that ctx ends (a request's, cancelled once it is done), the
+// second one's fn goes on under the lock, its ctx live.
+func TestReentrant_SiblingsContextDoesNotEndMine(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb)
+	outer, err := locker.Obtain(ctx, "k", 2*time.Second)
+	require.NoError(t, err)
+	cctx := outer.Context(ctx)
+
+	first := make(chan struct{})
+	go func() {
+		s1, cancel := context.WithCancel(cctx)
+		defer cancel()
+		assert.NoError(t, locker.WithLock(s1, "k", func(context.Context) error {
+			close(first)
+			time.Sleep(50 * time.Millisecond)
+			return nil
+		}))
+	}()
+	<-first
+	err = locker.WithLock(cctx, "k", func(fctx context.Context) error {
+		select {
+		case <-fctx.Done():
+			t.Errorf("the fn's ctx ended (cause %v) with its own ctx live and the lock held", context.Cause(fctx))
+		case <-time.After(time.Second):
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, outer.Release(ctx))
+}
