@@ -335,8 +335,11 @@ func (k *keeper) due(l *Locker, run *keeperRun) (batches [][]renewalSend, next t
 		if r.ctx.Err() != nil {
 			continue // lost or stopped: KeepAlive's clean-up removes it
 		}
-		at := r.due
-		send := !at.After(now.Add(r.ttl / 6))
+		at, slack := r.due, r.ttl/6
+		if r.lastErr != nil {
+			slack = 0 // a retry waits for its renewRetry: no batching slack
+		}
+		send := !at.After(now.Add(slack))
 		if r.inflight > 0 {
 			at = r.sent.Add(r.hedge)
 			send = r.inflight < maxInFlight && !at.After(now)
@@ -448,16 +451,25 @@ func (l *Locker) nodeOf(key string) string {
 }
 
 // noteErr asks a ClusterClient to reload its slot map after a command
-// failed on the network: go-redis does so by itself after MOVED replies,
-// not after a master died, and a failover would otherwise go unseen for a
-// minute. (ReloadState only marks the map for a reload in the background.)
+// failed on the network, or was redirected: go-redis does so by itself
+// after MOVED replies to its own routing, not after a master died, nor for
+// commands sent to one master's client (WithReplicas), and a failover would
+// otherwise go unseen for up to 10 s. (ReloadState only marks the map for a
+// reload in the background.)
 func (l *Locker) noteErr(err error) {
-	if err == nil || refused(err) || isCtxErr(err) {
+	if err == nil || (refused(err) && !moved(err)) || isCtxErr(err) {
 		return
 	}
 	if c, ok := l.client.(*redis.ClusterClient); ok {
 		c.ReloadState(context.Background())
 	}
+}
+
+// moved reports whether err is a Cluster's redirection (MOVED, ASK): a
+// node that serves the key's slot no more. go-redis follows it by itself,
+// but not for a command sent to one node's client (see Locker.writer).
+func moved(err error) bool {
+	return redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
 }
 
 // isCtxErr reports whether err is a context's end.

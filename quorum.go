@@ -305,7 +305,7 @@ func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 	settleNode := func(node *Locker, res attemptResult, err error, late bool) {
 		<-decided
 		if (res.ours || err != nil && !refused(err)) && (!won || late) {
-			node.forget(context.Background(), lk.key, lk.token, mode{}, forgetWait)
+			q.giveBack(node, lk.key, lk.token)
 		}
 		if unsettled.Add(-1) == 0 {
 			cancel()
@@ -363,6 +363,25 @@ func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 		out.err = q.nodeErrors(errs, ours+other+len(errs), cause)
 	}
 	return out
+}
+
+// giveBack releases key on node if token holds it there, and marks the
+// token spent there, in the background: the attempt of token on node may
+// have run, or may run later (a late copy), and takes nothing after that.
+// It tries again until it reaches the master, for as long as go-redis may
+// take with a command: a master that was frozen when the attempt was given
+// up runs the attempt when it thaws, and must see the give-back too.
+func (q *quorum) giveBack(node *Locker, key, token string) {
+	q.chores.run(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), node.releaseBound())
+		defer cancel()
+		for {
+			_, err := runRelease(ctx, node.client, releaseArgs{key: key, token: token, locker: node.id, mark: node.releaseMark(), spend: true})
+			if err == nil || refused(err) || sleep(ctx, nil, renewRetry) != nil {
+				return
+			}
+		}
+	})
 }
 
 // acquire is Locker.acquire for a quorum Locker: it makes attempts, with
@@ -637,7 +656,9 @@ func (q *quorum) release(ctx context.Context, lk *Lock) (released bool, err erro
 		q.chores.run(func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), node.releaseBound())
 			defer cancel()
-			res, err := runRelease(rctx, node.client, releaseArgs{key: lk.key, token: lk.token, locker: node.id, mark: node.releaseMark()})
+			// spend: the token is spent also on a master it held nothing on,
+			// so that a late copy of its attempt takes nothing there.
+			res, err := runRelease(rctx, node.client, releaseArgs{key: lk.key, token: lk.token, locker: node.id, mark: node.releaseMark(), spend: true})
 			ch <- reply[releaseResult]{i, res, err}
 		})
 	}

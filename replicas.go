@@ -145,16 +145,45 @@ func (l *Locker) writer(ctx context.Context, key string, r replicas) (redis.Cmda
 // acked runs call, a write of key, on the connection of key's writer,
 // followed by a WAIT for r's replicas, and returns its reply and how many
 // replicas acknowledged it.
+//
+// On a Cluster whose slot moved (a failover), the master the slot map named
+// answers MOVED, which go-redis does not follow for one master's client: the
+// write is sent again once the map names the new master (it ran nowhere).
 func (l *Locker) acked(ctx context.Context, key string, call scriptCall, r replicas) (*redis.Cmd, int64, error) {
-	c, err := l.writer(ctx, key, r)
-	if err != nil {
-		return nil, 0, err
+	for try := 0; ; try++ {
+		c, err := l.writer(ctx, key, r)
+		if err != nil {
+			return nil, 0, err
+		}
+		cmds, acked, err := runPipeline(ctx, c, []scriptCall{call}, r)
+		if try == 0 && moved(err) {
+			l.noteErr(err)
+			l.rerouted(ctx, key, c)
+			continue
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		return cmds[0], acked, nil
 	}
-	cmds, acked, err := runPipeline(ctx, c, []scriptCall{call}, r)
-	if err != nil {
-		return nil, 0, err
+}
+
+// rerouted waits until the ClusterClient's slot map, reloading in the
+// background, names another master for key than old, at most a second and
+// not past ctx.
+func (l *Locker) rerouted(ctx context.Context, key string, old redis.Cmdable) {
+	cc, ok := l.client.(*redis.ClusterClient)
+	if !ok {
+		return
 	}
-	return cmds[0], acked, nil
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		if n, err := cc.MasterForKey(ctx, key); err == nil && redis.Cmdable(n) != old {
+			return
+		}
+		if sleep(ctx, nil, 20*time.Millisecond) != nil {
+			return
+		}
+	}
 }
 
 // attemptAcked runs the acquire attempt a; when it takes the key, r's

@@ -632,8 +632,8 @@ end
 //	        changed). An error reply when the fence could not be issued
 //	        (nothing changed).
 var refreshScript = redis.NewScript(fenceLua + genLua + `
-if redis.call("GET", KEYS[1]) ~= ARGV[1] then
-	return {0, 0}
+if redis.pcall("GET", KEYS[1]) ~= ARGV[1] then
+	return {0, 0} -- gone, another's, or data of another kind: not held
 end
 if not newerGen(KEYS[3], ARGV[1], ARGV[4], ARGV[2]) then
 	return {2, 0}
@@ -740,7 +740,7 @@ return -2`)
 //	returns the key's remaining ttl in milliseconds (>= 0) when it holds the token,
 //	        -2 when the key is absent or holds another token.
 var pttlScript = redis.NewScript(`
-if redis.call("GET", KEYS[1]) == ARGV[1] then
+if redis.pcall("GET", KEYS[1]) == ARGV[1] then
 	return redis.call("PTTL", KEYS[1])
 end
 return -2`)
@@ -838,10 +838,11 @@ func runInspect(ctx context.Context, c redis.Scripter, key string) (Info, error)
 //
 //	KEYS[1] the lock key (for its Cluster slot), KEYS[2] its fence counter
 //	ARGV[1] "0" to increment the counter, or a value to raise it to
-//	returns the counter's value after the step. An error reply, having
-//	        changed nothing, when the counter is at 2^53-1 or beyond, holds
-//	        something else than a non-negative integer, or ARGV[1] is
-//	        beyond 2^53-1.
+//	returns the counter's value after the step (a raise that finds the
+//	        counter at the value or above returns it as it is, a string). An
+//	        error reply, having changed nothing, when the counter holds
+//	        something else than a non-negative integer, when an increment
+//	        finds it at 2^53-1 or beyond, or when ARGV[1] is beyond 2^53-1.
 var fenceStepScript = redis.NewScript(fenceLua + `
 if ARGV[1] == "0" then
 	local fence, err = issueFence()
@@ -850,20 +851,18 @@ if ARGV[1] == "0" then
 	end
 	return fence
 end
-local problem = fenceProblem()
-if problem then
-	return redis.error_reply(problem)
-end
 local to = tonumber(ARGV[1])
 if to > ` + maxFenceLua + ` then
 	return redis.error_reply("ERR redislock: a fence counter cannot be raised beyond 2^53-1 (the largest integer Lua holds exactly)")
 end
-local v = tonumber(redis.call("GET", KEYS[2]) or "0")
-if v < to then
-	redis.call("SET", KEYS[2], ARGV[1])
-	return to
+local v = redis.pcall("GET", KEYS[2])
+if type(v) == "table" or (v and not string.match(v, "^%d+$")) then
+	return redis.error_reply("ERR redislock: the fence counter holds something else than a non-negative integer")
+elseif v and tonumber(v) >= to then
+	return v -- at least to already (exactly, as a string, however large)
 end
-return v`)
+redis.call("SET", KEYS[2], ARGV[1])
+return to`)
 
 // runFenceStep runs fenceStepScript on key's counter: to is 0 to increment
 // it, or the value to raise it to. An error reply is an error: the step
