@@ -368,16 +368,17 @@ func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 // giveBack releases key on node if token holds it there, and marks the
 // token spent there, in the background: the attempt of token on node may
 // have run, or may run later (a late copy), and takes nothing after that.
-// It tries again until it reaches the master, for as long as go-redis may
-// take with a command: a master that was frozen when the attempt was given
-// up runs the attempt when it thaws, and must see the give-back too.
+// It tries again until it reaches the master (or its client is closed),
+// for as long as go-redis may take with a command: a master that was
+// frozen when the attempt was given up runs the attempt when it thaws, and
+// must see the give-back too.
 func (q *quorum) giveBack(node *Locker, key, token string) {
 	q.chores.run(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), node.releaseBound())
 		defer cancel()
 		for {
 			_, err := runRelease(ctx, node.client, releaseArgs{key: key, token: token, locker: node.id, mark: node.releaseMark(), spend: true})
-			if err == nil || refused(err) || sleep(ctx, nil, renewRetry) != nil {
+			if err == nil || refused(err) || errors.Is(err, redis.ErrClosed) || sleep(ctx, nil, renewRetry) != nil {
 				return
 			}
 		}

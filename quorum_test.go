@@ -399,6 +399,11 @@ func quorumChild(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// Give-backs to a master that was down at the end go on in the
+	// background; Shutdown waits for them (each is bounded by releaseBound).
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, locker.Shutdown(sctx))
 }
 
 // delayScript makes client wait d before it sends each run of the script
@@ -635,4 +640,127 @@ func TestQuorum_FenceLimit(t *testing.T) {
 	assert.Equal(t, int64(8), lk.Fence())
 	assert.Equal(t, "9007199254741002", servers[0].Do(t, "GET", counter))
 	require.NoError(t, lk.Release(ctx))
+}
+
+// A majority that increments its fence counters to exactly 2^53-1 issues
+// that fence: a master already at the limit refuses its own increment, but
+// does not refuse the raise to a value its counter already has (fences are
+// exact up to 2^53-1, and stay monotonic: every later fence is refused).
+func TestQuorum_FenceAtTheLimitIsIssued(t *testing.T) {
+	const exact = 1<<53 - 1
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)), redislock.WithFencing())
+	counter := redislock.SideKey("k", "fence")
+	for i, v := range []int64{exact, exact - 1, 3} {
+		servers[i].Do(t, "SET", counter, v)
+	}
+	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
+	require.NoError(t, err, "masters 1 and 2 (a majority) incremented their counters")
+	assert.Equal(t, int64(exact), lk.Fence())
+	require.NoError(t, lk.Release(ctx))
+	_, err = locker.Obtain(ctx, "k", 10*time.Second)
+	assert.ErrorContains(t, err, "fence", "a majority is at the limit: no later fence")
+}
+
+// A kept quorum lease whose renewals fail at once (2 of 3 masters down:
+// connection refused) is renewed again renewRetry (50 ms) later, not in a
+// hot loop, until it is reported lost.
+func TestQuorum_FailedRenewalWaitsBeforeItsRetry(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	var renewals atomic.Int64
+	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)), redislock.WithHooks(redislock.Hooks{
+		Renew: func(context.Context, redislock.RenewEvent) { renewals.Add(1) },
+	}))
+	lk, err := locker.Obtain(ctx, "k", 3*time.Second)
+	require.NoError(t, err)
+	lctx := lk.KeepAlive(ctx)
+	time.Sleep(100 * time.Millisecond)
+	servers[1].Kill(t)
+	servers[2].Kill(t)
+	renewals.Store(0)
+	time.Sleep(time.Second)
+	n := renewals.Load()
+	assert.Positive(t, n, "renewals are tried")
+	assert.LessOrEqual(t, n, int64(time.Second/(50*time.Millisecond))+5, "a failed renewal is tried again 50 ms later")
+	select {
+	case <-lctx.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("a lease no majority renews is reported lost within the lease")
+	}
+	_ = lk.Release(ctx) // only master 0 answers: an error
+	require.NoError(t, locker.Shutdown(ctx))
+}
+
+// An attempt held back in the network to one master (lagConns: its bytes
+// arrive 1 s late, after the lock was taken on the other two, held and
+// released) takes nothing when it lands: Release spends the token on every
+// master, also where it found nothing to release. Nothing is left, and the
+// key is free with one more master down.
+func TestQuorum_LateCopyAfterReleaseTakesNothing(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	lc := &lagConns{delay: time.Second, ran: make(chan time.Time, 1)}
+	t.Cleanup(lc.wg.Wait)
+	clients := quorumClients(t, addrsOf(servers), func(o *redis.Options) { o.ReadTimeout = 100 * time.Millisecond })
+	lagged := redis.NewClient(&redis.Options{Addr: servers[2].Addr(), Dialer: lc.dial, DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 100 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { _ = lagged.Close() })
+	clients[2] = lagged
+	locker := redislock.NewQuorum(clients)
+	warm, err := locker.Obtain(ctx, "warm-up", time.Minute) // the scripts run by EVALSHA from now on
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+	require.NoError(t, locker.Shutdown(ctx))
+
+	lc.lagNext(scriptRun(redislock.AcquireScriptHash, "k"))
+	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
+	require.NoError(t, err, "masters 0 and 1 take the key")
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, lk.Release(ctx))
+	select {
+	case <-lc.ran:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the held-back attempt never reached master 2")
+	}
+	time.Sleep(100 * time.Millisecond) // let Redis run it
+	require.NoError(t, locker.Shutdown(ctx))
+	for i, s := range servers {
+		assert.Equal(t, int64(0), s.Do(t, "EXISTS", "k"), "master %d holds the released lock", i)
+	}
+	servers[0].Kill(t)
+	_, err = redislock.NewQuorum(quorumClients(t, addrsOf(servers))).TryObtain(ctx, "k", time.Second)
+	assert.NoError(t, err, "a released key, with master 0 down")
+}
+
+// A TryObtain that fails because 2 of 3 masters are frozen leaves no lock
+// behind when they thaw 1.5 s later and run its attempt: the give-back is
+// tried again until the master answers, and spends the token first.
+func TestQuorum_FailedAttemptTakesNothingAtThaw(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)))
+	warm, err := locker.Obtain(ctx, "warm-up", time.Minute) // loads the scripts, pools a connection to each master
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+	require.NoError(t, locker.Shutdown(ctx))
+
+	servers[1].Freeze(t)
+	servers[2].Freeze(t)
+	tctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+	_, err = locker.TryObtain(tctx, "k", 10*time.Second)
+	cancel()
+	require.Error(t, err)
+	require.NotErrorIs(t, err, redislock.ErrNotObtained, "frozen masters are not contention")
+	time.Sleep(1500 * time.Millisecond)
+	servers[1].Thaw(t)
+	servers[2].Thaw(t)
+	require.NoError(t, locker.Shutdown(ctx))
+	time.Sleep(100 * time.Millisecond)
+	for i, s := range servers {
+		assert.Equal(t, int64(0), s.Do(t, "EXISTS", "k"), "master %d holds the failed TryObtain's key", i)
+	}
+	_, err = redislock.NewQuorum(quorumClients(t, addrsOf(servers))).TryObtain(ctx, "k", time.Second)
+	assert.NoError(t, err, "nobody holds the key")
 }
