@@ -280,8 +280,8 @@ func (lk *Lock) Until() time.Time {
 // It returns nil when it released the lock, also when Redis ran it but its
 // reply was lost and go-redis (or the caller) sent it again: a mark kept
 // as long as go-redis may take with a command (at least 10 s) tells the
-// second run that the first one released it. It returns ErrNotHeld when the key no
-// longer held the lock: its lease ran out, or another client took the key
+// second run that the first one released it. It returns ErrNotHeld when the
+// key no longer held the lock: its lease ran out, or another client took the key
 // (a Lock released once returns ErrNotHeld at once, without contacting
 // Redis).
 //
