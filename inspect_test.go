@@ -114,3 +114,23 @@ func TestInspect_HolderDescription(t *testing.T) {
 	assert.ErrorIs(t, err, redislock.ErrInvalidKey)
 	assert.Equal(t, before, n.Load(), "nothing sent")
 }
+
+// Inspect is one round trip; the first after Redis lost its scripts
+// (SCRIPT FLUSH, a restart) is two: go-redis sends the script in full once.
+func TestInspect_RoundTrips(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, sent := b.client(t)
+	locker := redislock.New(rdb)
+	lk, err := locker.Obtain(ctx, "x", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, rdb.ScriptFlush(ctx).Err())
+	for _, want := range []int64{2, 1} {
+		before := sent.Load()
+		info, err := locker.Inspect(ctx, "x")
+		require.NoError(t, err)
+		assert.Equal(t, redislock.ModeExclusive, info.Mode)
+		assert.Equal(t, want, sent.Load()-before)
+	}
+	require.NoError(t, lk.Release(ctx))
+}

@@ -142,15 +142,20 @@ func (lk *Lock) moveExpiry() {
 type leaseContext struct {
 	context.Context // the cancelable context; Done, Value and Cause are its
 	r               *renewal
-	cancel          context.CancelCauseFunc // of a joined handle's context (see keepJoined), or nil
+	f               *follower               // instead of r, for a joined handle's context (see keepJoined)
+	cancel          context.CancelCauseFunc // of a joined handle's context, or nil
 }
 
 func (c leaseContext) Err() error {
 	if err := c.Context.Err(); err != nil {
 		return err
 	}
-	if time.Since(epoch) >= time.Duration(c.r.end.Load()) {
-		c.r.lose()
+	r := c.r
+	if c.f != nil {
+		r = c.f.r.Load()
+	}
+	if time.Since(epoch) >= time.Duration(r.end.Load()) {
+		r.lose()
 		if c.cancel != nil {
 			c.cancel(ErrLockLost) // at once, not when r's context tells it
 		}

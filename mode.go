@@ -60,7 +60,9 @@ func WithShared() Option {
 // or waiters, an acquisition with another n fails with an error wrapping
 // ErrInvalidOption, and changes nothing. The key holds the permits (a Redis
 // sorted set), so an ordinary lock on the same key fails with Redis's
-// WRONGTYPE error. n must be at least 1.
+// WRONGTYPE error, and so do permits asked for on a key that a lock's
+// holders (readers too) or waiters use, and a reader on a semaphore's key.
+// n must be at least 1.
 func WithPermits(n int) Option {
 	return func(o *options) {
 		switch {

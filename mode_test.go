@@ -331,6 +331,73 @@ func TestPermits_BadInput(t *testing.T) {
 	})
 }
 
+// The semaphore's n is checked also while only waiters are left: a 1-permit
+// holder crashed (its lease runs out, nobody releases it) while another
+// waits, whose client is slow for a moment; a call naming 2 permits just
+// after the lease ended is refused with ErrInvalidOption, and the waiter
+// then gets the only permit: never 2 holders of a semaphore of 1.
+func TestPermits_OtherNRefusedWhileOnlyWaitersAreLeft(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 15*time.Second)
+	rdb, _ := b.client(t)
+	one := redislock.WithPermits(1)
+	crashed, err := redislock.New(rdb).Obtain(ctx, "sem", 300*time.Millisecond, one)
+	require.NoError(t, err)
+	var slow atomic.Bool
+	wc, _ := b.client(t)
+	wc.AddHook(hook{before: func(cmd redis.Cmder) {
+		if slow.Load() && runs(cmd, redislock.AcquireScriptHash) {
+			time.Sleep(400 * time.Millisecond)
+		}
+	}})
+	waiter := obtainAsync(ctx, redislock.New(wc), "sem", 5*time.Second, one)
+	waitQueued(t, rdb, "sem", 1)
+	slow.Store(true)
+	time.Sleep(time.Until(crashed.Until()) + 30*time.Millisecond)
+	require.Len(t, queued(t, rdb, "sem"), 1, "the waiter still waits")
+
+	other, err := redislock.New(rdb).TryObtain(ctx, "sem", 5*time.Second, redislock.WithPermits(2))
+	if err == nil {
+		_ = other.Release(ctx)
+	}
+	require.ErrorIs(t, err, redislock.ErrInvalidOption, "2 permits asked for while a waiter of a semaphore of 1 waits")
+	o := <-waiter
+	require.NoError(t, o.err)
+	assert.Equal(t, int64(1), rdb.ZCard(ctx, "sem").Val())
+	require.NoError(t, o.lock.Release(ctx))
+	assertNoSideKeys(t, rdb, "sem")
+}
+
+// A key is a read-write lock's or a semaphore's: permits asked for on a key
+// that readers hold fail with WRONGTYPE (they never share it with the
+// readers), and so does a reader on a semaphore's key; nothing changes.
+func TestPermits_NotOnALocksKey(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		rdb, _ := b.client(t)
+		locker := redislock.New(rdb)
+		reader, err := locker.Obtain(ctx, "doc", time.Minute, redislock.WithShared())
+		require.NoError(t, err)
+		_, err = redislock.New(rdb).TryObtain(ctx, "doc", time.Minute, redislock.WithPermits(2))
+		assert.ErrorContains(t, err, "WRONGTYPE", "permits on a key readers hold")
+		assert.NotErrorIs(t, err, redislock.ErrNotObtained)
+		assert.Zero(t, rdb.Exists(ctx, "doc").Val(), "no permit taken")
+		info, err := locker.Inspect(ctx, "doc")
+		require.NoError(t, err)
+		require.Len(t, info.Holders, 1)
+		assert.Equal(t, reader.Token(), info.Holders[0].Token)
+		require.NoError(t, reader.Release(ctx))
+
+		permit, err := locker.Obtain(ctx, "quota", time.Minute, redislock.WithPermits(2))
+		require.NoError(t, err)
+		_, err = redislock.New(rdb).Obtain(ctx, "quota", time.Minute, redislock.WithShared(), redislock.WithWait(time.Second))
+		assert.ErrorContains(t, err, "WRONGTYPE", "a reader on a semaphore's key")
+		assert.Empty(t, queued(t, rdb, "quota"), "no place left in line")
+		require.NoError(t, permit.Release(ctx))
+		assertNoSideKeys(t, rdb, "quota")
+	})
+}
+
 // assertNoSideKeys fails t if any key of the lock key is left but its
 // release marks and its fence counter: once nobody holds or waits, nothing
 // remains.

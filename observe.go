@@ -69,7 +69,7 @@ const (
 	OutcomeReleased    Outcome = "released"     // Release: the lock was released (or passed on)
 	OutcomeNotHeld     Outcome = "not_held"     // Release: the lock was no longer held (ErrNotHeld)
 	OutcomeBackground  Outcome = "background"   // Release: ctx ended; the release goes on in the background
-	OutcomeError       Outcome = "error"        // any: Redis or the network failed (Err says how)
+	OutcomeError       Outcome = "error"        // any: Redis or the network failed, or Redis refused the call (a semaphore of another n); Err says how
 )
 
 // An ObtainEvent reports an acquisition attempt (Obtain, TryObtain,

@@ -2,7 +2,10 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -147,9 +150,10 @@ func (lk *Lock) handleEnded() bool {
 
 // keepJoined is KeepAlive for a handle that joined another acquisition: the
 // returned context ends when ctx does, or with the acquisition's lease
-// context and its cause. An acquisition not kept yet is kept from now on,
-// until it is released or lost: not only while ctx lasts, since other
-// handles (siblings) may rely on it.
+// context and its cause (a KeepAlive of the acquisition that replaces that
+// context is followed: see follower). An acquisition not kept yet is kept
+// from now on, until it is released or lost: not only while ctx lasts,
+// since other handles (siblings) may rely on it.
 func (lk *Lock) keepJoined(ctx context.Context) context.Context {
 	a := lk.joined
 	a.mu.Lock()
@@ -167,7 +171,51 @@ func (lk *Lock) keepJoined(ctx context.Context) context.Context {
 		}
 	}
 	child, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(r.ctx, func() { cancel(context.Cause(r.ctx)) })
-	context.AfterFunc(child, func() { stop() })
-	return leaseContext{Context: child, r: r, cancel: cancel}
+	f := &follower{a: a, cancel: cancel}
+	f.watch(r)
+	context.AfterFunc(child, f.stop)
+	return leaseContext{Context: child, f: f, cancel: cancel}
+}
+
+// A follower ends a joined handle's context (cancel) when the
+// acquisition's kept context ends, with its cause; when a new KeepAlive of
+// the acquisition replaced that context (which ends it, see KeepAlive), it
+// follows the new one instead.
+type follower struct {
+	a      *Lock
+	cancel context.CancelCauseFunc
+	r      atomic.Pointer[renewal] // the kept context followed
+
+	mu      sync.Mutex
+	stopped bool
+	stopR   func() bool // stops the watch of r
+}
+
+// watch follows r.
+func (f *follower) watch(r *renewal) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return
+	}
+	f.r.Store(r)
+	f.stopR = context.AfterFunc(r.ctx, func() {
+		f.a.mu.Lock()
+		next := f.a.renewal
+		f.a.mu.Unlock()
+		cause := context.Cause(r.ctx)
+		if next != nil && next != r && next.ctx.Err() == nil && !errors.Is(cause, ErrLockLost) {
+			f.watch(next) // replaced by a new KeepAlive
+			return
+		}
+		f.cancel(cause)
+	})
+}
+
+// stop ends the watch, once the joined handle's context is done.
+func (f *follower) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = true
+	f.stopR()
 }

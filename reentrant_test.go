@@ -251,3 +251,34 @@ func TestReentrant_SiblingsContextDoesNotEndMine(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, outer.Release(ctx))
 }
+
+// A nested WithLock's ctx follows the acquisition's kept context also when
+// the outer holder calls KeepAlive itself (which replaces the kept context
+// the nested call started): it stays live while the lock is held and kept,
+// and ends with ErrLockLost when the lock is lost.
+func TestReentrant_JoinedContextFollowsANewKeepAlive(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb)
+	outer, err := locker.Obtain(ctx, "k", 2*time.Second)
+	require.NoError(t, err)
+	err = locker.WithLock(outer.Context(ctx), "k", func(fctx context.Context) error {
+		kctx := outer.KeepAlive(ctx)
+		select {
+		case <-fctx.Done():
+			t.Errorf("the nested ctx ended (cause %v) with the lock held and kept", context.Cause(fctx))
+		case <-time.After(300 * time.Millisecond):
+		}
+		require.NoError(t, rdb.Del(ctx, "k").Err()) // lost: the next renewal finds it gone
+		select {
+		case <-fctx.Done():
+			assert.ErrorIs(t, context.Cause(fctx), redislock.ErrLockLost)
+			assert.ErrorIs(t, context.Cause(kctx), redislock.ErrLockLost)
+		case <-time.After(2 * time.Second):
+			t.Error("the nested ctx outlived the lock")
+		}
+		return nil
+	})
+	assert.ErrorIs(t, err, redislock.ErrLockLost)
+}

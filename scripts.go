@@ -178,6 +178,36 @@ local function fits(mode)
 	return redis.call("ZCARD", K) < tonumber(mode)
 end
 
+-- what the key is, as its holders say, or else its first place in line:
+-- "lock" (exclusive or shared), a semaphore's number of permits, or nil
+-- when nobody holds it or waits for it (a semaphore's waiters name its
+-- permits while its holders' leases, and the limit with them, are over)
+local function kindOf()
+	local limit = redis.call("GET", LIMIT)
+	if limit then
+		return limit
+	end
+	local t = redis.call("TYPE", K).ok
+	if t == "zset" then
+		return nil -- a semaphore's holders without their limit: none to compare
+	end
+	prune(READERS)
+	if t ~= "none" or redis.call("EXISTS", READERS) == 1 then
+		return "lock"
+	end
+	for _, token in ipairs(redis.call("LRANGE", QUEUE, 0, -1)) do
+		local value = redis.call("HGET", PLACES, token)
+		if value then
+			local mode = string.match(value, "^%d+ %d+ %d (%w+) ")
+			if mode == "x" or mode == "s" then
+				return "lock"
+			end
+			return mode
+		end
+	end
+	return nil
+end
+
 -- whether token holds the key in mode (a WRONGTYPE error when the key
 -- holds data of another kind: an acquisition cannot wait that out)
 local function holds(token, mode)
@@ -377,18 +407,24 @@ end
 //	        nothing. The token must not be used again.
 //	        An error reply when the fence could not be issued (the token
 //	        then holds nothing), when a waiter that wants a fence finds the
-//	        counter unusable (it leaves the line), or when a semaphore of
-//	        another number of permits is held or waited for (nothing
-//	        changed).
+//	        counter unusable (it leaves the line), when a semaphore of
+//	        another number of permits is held or waited for, or (WRONGTYPE)
+//	        when a semaphore's permits are asked for on a lock's key or a
+//	        shared lock on a semaphore's (nothing changed).
 var acquireScript = redis.NewScript(lineLua + `
 local token, ttl, fenced, keep, mode = ARGV[1], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[7]
 if redis.call("EXISTS", KEYS[9]) == 1 then
 	return {-1, -1}
 end
-if mode ~= "x" and mode ~= "s" then
-	local limit = redis.call("GET", LIMIT)
-	if limit and limit ~= mode then
-		return redis.error_reply("ERR redislock: the semaphore has " .. limit .. " permits, not " .. mode)
+if mode ~= "x" then
+	local kind = kindOf()
+	if kind and mode ~= "s" and kind ~= mode then
+		if kind == "lock" then
+			return redis.error_reply("WRONGTYPE redislock: the key is a lock's, not a semaphore's")
+		end
+		return redis.error_reply("ERR redislock: the semaphore has " .. kind .. " permits, not " .. mode)
+	elseif kind and mode == "s" and kind ~= "lock" then
+		return redis.error_reply("WRONGTYPE redislock: the key is a semaphore's, not a read-write lock's")
 	end
 end
 local queued = redis.call("EXISTS", QUEUE) == 1
