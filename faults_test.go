@@ -604,3 +604,73 @@ func TestDeadlinesHoldWithContextTimeoutEnabled(t *testing.T) {
 		})
 	}
 }
+
+// Every call returns when its ctx is cancelled before its deadline while
+// Redis is frozen, with an error that wraps context.Canceled and is not
+// ErrNotObtained, also on a client with ContextTimeoutEnabled (go-redis
+// stops at the deadline there, not at a cancel).
+func TestDeadlines_CancelBeforeTheDeadlineWhileRedisHangs(t *testing.T) {
+	for _, cte := range []bool{false, true} {
+		name := "default"
+		if cte {
+			name = "ContextTimeoutEnabled"
+		}
+		t.Run(name, func(t *testing.T) {
+			b := realBackend(t)
+			rdb, _ := b.client(t, func(o *redis.Options) {
+				o.ContextTimeoutEnabled = cte
+				o.ReadTimeout = 3 * time.Second
+				o.MaxRetries = -1
+			})
+			locker := redislock.New(rdb)
+			ctx := ctxT(t, 30*time.Second)
+			held, err := locker.TryObtain(ctx, "held", time.Minute)
+			require.NoError(t, err)
+			require.NoError(t, held.Refresh(ctx, time.Minute)) // loads the scripts
+			_, err = held.TTL(ctx)
+			require.NoError(t, err)
+			require.NoError(t, redislock.SetFenced(ctx, rdb, "res", "v", 1))
+			l2, err := locker.TryObtain(ctx, "other", time.Minute)
+			require.NoError(t, err)
+
+			calls := []struct {
+				name string
+				f    func(ctx context.Context) error
+			}{
+				{"TryObtain", func(ctx context.Context) error { _, err := locker.TryObtain(ctx, "k", time.Minute); return err }},
+				{"Obtain(held)", func(ctx context.Context) error { _, err := locker.Obtain(ctx, "held", time.Minute); return err }},
+				{"Obtain(free)", func(ctx context.Context) error { _, err := locker.Obtain(ctx, "free", time.Minute); return err }},
+				{"WithLock(free)", func(ctx context.Context) error {
+					return locker.WithLock(ctx, "free2", func(context.Context) error { return nil })
+				}},
+				{"Refresh", func(ctx context.Context) error { return held.Refresh(ctx, time.Minute) }},
+				{"TTL", func(ctx context.Context) error { _, err := held.TTL(ctx); return err }},
+				{"SetFenced", func(ctx context.Context) error { return redislock.SetFenced(ctx, rdb, "res", "v", 2) }},
+				{"Release", func(ctx context.Context) error { return l2.Release(ctx) }},
+			}
+			b.srv.Freeze(t)
+			thawed := false
+			defer func() {
+				if !thawed {
+					b.srv.Thaw(t)
+				}
+			}()
+			for _, c := range calls {
+				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				time.AfterFunc(200*time.Millisecond, cancel)
+				start := time.Now()
+				err := c.f(cctx)
+				took := time.Since(start)
+				cancel()
+				t.Logf("%s: returned after %v: %v", c.name, took.Round(time.Millisecond), err)
+				assert.Less(t, took, 350*time.Millisecond, "%s did not return when its ctx was cancelled", c.name)
+				assert.True(t, errors.Is(err, context.Canceled), "%s: error %v does not wrap context.Canceled", c.name, err)
+				assert.False(t, errors.Is(err, redislock.ErrNotObtained), "%s: ErrNotObtained while Redis is frozen", c.name)
+			}
+			b.srv.Thaw(t)
+			thawed = true
+			_ = held.Release(ctx)
+			require.NoError(t, locker.Shutdown(ctxT(t, 20*time.Second)))
+		})
+	}
+}

@@ -88,9 +88,10 @@ const (
 	passSlice = 10 * time.Millisecond
 	// noAnswer is how long an attempt may go unanswered before a wait that
 	// ends is put down to Redis (it did not answer) rather than to the
-	// holder: a healthy Redis answers in well under a millisecond, and a
-	// wrong "Redis failed" only makes a caller retry, while a wrong "held
-	// by another owner" may make it skip work.
+	// holder, on a link whose round trips take less than half of it (see
+	// Locker.silence): a healthy Redis answers in well under a millisecond,
+	// and a wrong "Redis failed" only makes a caller retry, while a wrong
+	// "held by another owner" may make it skip work.
 	noAnswer = 100 * time.Millisecond
 )
 
@@ -291,7 +292,7 @@ func (ls *lines) next(l *Locker, ln *line, w *waiter) step {
 		if poll := ln.base.Add(w.poll); !ls.sub.isArmed() && poll.Before(due) {
 			due = poll
 		}
-		if look := lastLook(ln); !look.IsZero() && look.Before(due) {
+		if look := lastLook(ln, l.silence()); !look.IsZero() && look.Before(due) {
 			due = look
 		}
 	}
@@ -310,16 +311,16 @@ func (ls *lines) next(l *Locker, ln *line, w *waiter) step {
 
 // lastLook is when the head asks Redis once more before the first of its
 // line's waiters gives up, unless a reply came after that: so that a wait
-// that ends has a reply at most 2 noAnswer old, or an attempt unanswered
-// for at least as long (see leave). Zero when there is no such deadline.
-func lastLook(ln *line) time.Time {
+// that ends has a reply at most 2 silences old, or an attempt unanswered
+// for at least a silence (see leave). Zero when there is no such deadline.
+func lastLook(ln *line, silence time.Duration) time.Time {
 	var first time.Time
 	for _, w := range ln.waiters {
 		if !w.deadline.IsZero() && (first.IsZero() || w.deadline.Before(first)) {
 			first = w.deadline
 		}
 	}
-	if look := first.Add(-2 * noAnswer); !first.IsZero() && look.After(ln.heard) {
+	if look := first.Add(-2 * silence); !first.IsZero() && look.After(ln.heard) {
 		return look
 	}
 	return time.Time{}
@@ -371,6 +372,9 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 		return
 	}
 	now := ln.heard
+	if err == nil {
+		l.rtt.Store(int64(now.Sub(start)))
+	}
 	ln.asked = time.Time{}
 	ln.unblock()
 	ln.lastErr = err
@@ -569,7 +573,7 @@ func (w *waiter) fail(err error) {
 // if one was handed or passed to w meanwhile (the caller releases it, which
 // passes it on), and the error of the line's latest attempt: nil when it
 // found the key held, unless an attempt sent since has gone unanswered
-// for noAnswer (Redis stopped answering: that is no contention).
+// for a silence (Redis stopped answering: that is no contention).
 func (ls *lines) leave(l *Locker, ln *line, w *waiter) (*Lock, error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -583,7 +587,7 @@ func (ls *lines) leave(l *Locker, ln *line, w *waiter) (*Lock, error) {
 		}
 	}
 	last := ln.lastErr
-	if silent := time.Since(ln.asked); last == nil && !ln.asked.IsZero() && silent > noAnswer {
+	if silent := time.Since(ln.asked); last == nil && !ln.asked.IsZero() && silent > l.silence() {
 		last = fmt.Errorf("%w for %v", errNoAnswer, silent.Round(time.Millisecond))
 	}
 	ls.settle(l, ln)
@@ -840,4 +844,12 @@ func nextBackoff(prev, min, max time.Duration) time.Duration {
 		return min
 	}
 	return min + mathrand.N(hi-min+1)
+}
+
+// silence is how long an attempt of l may go unanswered before Redis is
+// taken to have stopped answering: noAnswer, or twice the latest answered
+// attempt's round trip on a slower link, so that a slow but healthy link
+// does not turn contention into a Redis failure.
+func (l *Locker) silence() time.Duration {
+	return max(noAnswer, 2*time.Duration(l.rtt.Load()))
 }

@@ -1063,3 +1063,41 @@ func TestLine_FencedWaitersAreNotOvertaken(t *testing.T) {
 	t.Logf("%d TryObtains, %d took the key while two Obtains of the other Locker waited", tries, overtook)
 	assert.LessOrEqual(t, overtook*1000, tries, "a newcomer overtook waiters between two places of their Locker")
 }
+
+// Over a slow but healthy link (every command answered, 300 ms round trips
+// through toxiproxy, as between regions), waits for a key held all along
+// end with ErrNotObtained, not with "Redis did not answer": an attempt is
+// taken as unanswered only after twice the latest round trip (at least
+// 100 ms).
+func TestLine_SlowLinkContentionIsNotObtained(t *testing.T) {
+	b := realBackend(t)
+	direct, _ := b.client(t)
+	ctx := ctxT(t, 30*time.Second)
+	holder, err := redislock.New(direct).TryObtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	x := newToxi(t, b.addr)
+	x.add("up", "latency", "upstream", map[string]any{"latency": 150})
+	x.add("down", "latency", "downstream", map[string]any{"latency": 150})
+	const n = 6
+	errs := make(chan error, n)
+	var lockers []*redislock.Locker
+	for i := range n {
+		c := redis.NewClient(&redis.Options{Addr: x.Addr()})
+		t.Cleanup(func() { _ = c.Close() })
+		l := redislock.New(c)
+		lockers = append(lockers, l)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, time.Duration(1500+i*97)*time.Millisecond)
+			defer cancel()
+			_, err := l.Obtain(wctx, "k", 10*time.Second)
+			errs <- err
+		}()
+	}
+	for range n {
+		assert.ErrorIs(t, <-errs, redislock.ErrNotObtained)
+	}
+	require.NoError(t, holder.Release(ctx))
+	for _, l := range lockers {
+		require.NoError(t, l.Shutdown(ctx))
+	}
+}

@@ -342,11 +342,11 @@ func (lk *Lock) end(ctx context.Context) error {
 		// A waiter of this Locker is between two places in line: let its
 		// place reach Redis first (a round trip), so that the key does not
 		// go free for others to take meanwhile.
-		await(ctx, placing, noAnswer)
+		await(ctx, placing, l.silence())
 	}
 	ln, leave := l.lines.releasing(lk)
 	l.chores.begin()
-	res, err := detached(ctx, l.direct, l.releaseBound(), func(dctx context.Context) (releaseResult, error) {
+	res, err := detached(ctx, l.releaseBound(), func(dctx context.Context) (releaseResult, error) {
 		defer l.chores.end() // it goes on when the caller stops waiting
 		res, err := runRelease(dctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, mode: lk.mode, leave: leave, mark: l.releaseMark()})
 		l.noteErr(err)

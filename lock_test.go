@@ -852,3 +852,22 @@ func TestRelease_LostReplyKeepsItsHandOffs(t *testing.T) {
 		require.NoError(t, (<-first).err)
 	}
 }
+
+// A release that deleted the key reports it, also when another client put
+// data of another kind in the lock's side keys (holders, generations):
+// their clean-up cannot undo the release or fail it.
+func TestRelease_BrokenSideKeysDoNotFailIt(t *testing.T) {
+	b := realBackend(t)
+	rdb, _ := b.client(t)
+	ctx := ctxT(t, 10*time.Second)
+	locker := redislock.New(rdb)
+	for _, kind := range []string{"holders", "gens"} {
+		lk, err := locker.Obtain(ctx, "k", time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, rdb.Set(ctx, redislock.SideKey("k", kind), "junk", 0).Err())
+		require.NoError(t, lk.Release(ctx), kind)
+		assert.Zero(t, rdb.Exists(ctx, "k").Val(), kind)
+		require.NoError(t, rdb.Del(ctx, redislock.SideKey("k", kind)).Err())
+	}
+	require.NoError(t, locker.Shutdown(ctx))
+}

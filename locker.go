@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,6 +48,7 @@ type Locker struct {
 	retry   time.Duration // how long go-redis may take with one command (see retryWindow)
 	read    time.Duration // the client's ReadTimeout; <= 0: none
 	retries int           // the client's MaxRetries: how often go-redis sends a command again
+	rtt     atomic.Int64  // the latest answered attempt's round trip, in ns (see silence)
 	keeper  keeper        // renews kept leases
 	lines   lines         // Obtains waiting for keys
 	quorum  *quorum       // the masters of a quorum Locker (NewQuorum); nil for others
@@ -57,11 +59,11 @@ type Locker struct {
 // client of any kind. opts set the Locker's defaults; each call may override
 // them. New does not contact Redis.
 //
-// The deadlines of ctx hold with any client options. With a client whose
-// options set ContextTimeoutEnabled, go-redis stops its own socket reads at
-// the deadline and calls with a deadline are made directly; otherwise each
-// call that can be cancelled runs in a goroutine of its own, which costs a
-// goroutine hand-off per call. A nil client or an invalid option is
+// The deadlines of ctx hold with any client options: each call whose ctx
+// can end runs in a goroutine of its own, which the caller stops waiting
+// for when ctx ends (go-redis stops a socket read at ctx's deadline only
+// with ContextTimeoutEnabled, and never when ctx is cancelled before it),
+// at the cost of a goroutine hand-off per call. A nil client or an invalid option is
 // reported by every call on the returned Locker (ErrNilClient,
 // ErrInvalidOption, ErrInvalidTTL).
 func New(client redis.UniversalClient, opts ...Option) *Locker {

@@ -38,16 +38,14 @@ import (
 // outcome: the caller (delivered) or late (abandoned).
 //
 // direct says that the client stops its own reads and writes at ctx's
-// deadline (see timing). Then a ctx with a deadline needs no
-// goroutine, which saves a goroutine hand-off per call; a ctx that can be
-// cancelled without a deadline still does.
+// deadline (see timing): f's error at the deadline is then an i/o timeout,
+// which gets ctx's error added (withDeadline). Such a client still needs
+// the goroutine: go-redis sets ctx's deadline on the socket, but does not
+// watch ctx.Done, so a ctx cancelled before its deadline would not stop
+// the call.
 func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T, error), late func(T, error)) (T, error) {
 	if ctx.Done() == nil { // cannot be cancelled: nothing to bound
 		return f(ctx)
-	}
-	if _, ok := ctx.Deadline(); ok && direct {
-		v, err := f(ctx)
-		return v, withDeadline(ctx, err)
 	}
 	var zero T
 	type result struct {
@@ -69,16 +67,19 @@ func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T
 			late(v, err)
 		}
 	}()
+	var r result
 	select {
-	case r := <-done:
-		return r.v, r.err
+	case r = <-done:
 	case <-ctx.Done():
 		if state.CompareAndSwap(running, abandoned) {
 			return zero, abandonedError{ctx.Err()}
 		}
-		r := <-done // f finished as ctx ended: its outcome wins
-		return r.v, r.err
+		r = <-done // f finished as ctx ended: its outcome wins
 	}
+	if direct {
+		r.err = withDeadline(ctx, r.err)
+	}
+	return r.v, r.err
 }
 
 // call is bounded for a call of l: when ctx ends first, the call goes on
@@ -96,14 +97,8 @@ func call[T any](ctx context.Context, l *Locker, f func(context.Context) (T, err
 // waiting for it: a release. f runs with a ctx that is not cancelled with
 // the caller's, bounded by d instead, so that a call abandoned at the
 // caller's deadline still completes; late, if not nil, then gets its
-// outcome (see bounded). With a client that stops at deadlines itself
-// (direct) and a ctx with a deadline, f runs with ctx: the caller then sees
-// the deadline's error, and must carry on by itself.
-func detached[T any](ctx context.Context, direct bool, d time.Duration, f func(context.Context) (T, error), late func(T, error)) (T, error) {
-	if _, ok := ctx.Deadline(); ok && direct {
-		v, err := f(ctx)
-		return v, withDeadline(ctx, err)
-	}
+// outcome (see bounded).
+func detached[T any](ctx context.Context, d time.Duration, f func(context.Context) (T, error), late func(T, error)) (T, error) {
 	return bounded(ctx, false, func(context.Context) (T, error) {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 		defer cancel()
@@ -175,8 +170,8 @@ func timingOf(client redis.UniversalClient) timing {
 // retryWindow returns how long go-redis may take to give up on a command,
 // resending it after timeouts: (ReadTimeout + MaxRetryBackoff) per try,
 // MaxRetries + 1 tries. A release runs at least that long in the
-// background, so that go-redis can resend it, and leaves its mark twice as
-// long.
+// background, so that go-redis can resend it, and leaves its mark as long
+// (see Locker.releaseMark).
 func (t timing) retryWindow() time.Duration {
 	return (max(t.read, 0) + max(t.backoff, 0)) * time.Duration(max(t.retries, 0)+1)
 }

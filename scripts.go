@@ -279,9 +279,9 @@ local function drop(token, mode)
 			held = true
 		end
 	end
-	if held then
-		redis.call("HDEL", GENS, token)
-		redis.call("HDEL", HOLDERS, token)
+	if held then -- side keys another client broke do not undo the release
+		redis.pcall("HDEL", GENS, token)
+		redis.pcall("HDEL", HOLDERS, token)
 	end
 	return held
 end

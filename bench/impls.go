@@ -57,7 +57,7 @@ var configs = []config{
 	{"ours", "redislock, default options (a fair line with direct hand-off)", func(rdb *redis.Client) impl {
 		return &oursImpl{n: "ours", l: ours.New(rdb)}
 	}, false},
-	{"ours-ctx-timeout", "redislock, default options, on a client with ContextTimeoutEnabled (no goroutine per call)", func(rdb *redis.Client) impl {
+	{"ours-ctx-timeout", "redislock, default options, on a client with ContextTimeoutEnabled", func(rdb *redis.Client) impl {
 		return &oursImpl{n: "ours-ctx-timeout", l: ours.New(rdb)}
 	}, true},
 
