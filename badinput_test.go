@@ -130,6 +130,7 @@ func TestTypedNilClient(t *testing.T) {
 	}
 	for _, call := range []string{"Obtain", "TryObtain", "WithLock", "SetFenced"} {
 		t.Run(call, func(t *testing.T) {
+			t.Parallel() // each in a process of its own
 			cmd := exec.Command(os.Args[0], "-test.run=^TestTypedNilClient$", "-test.count=1")
 			cmd.Env = append(os.Environ(), "REDISLOCK_TYPED_NIL_CALL="+call)
 			out, err := cmd.CombinedOutput()

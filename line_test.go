@@ -560,9 +560,9 @@ func TestLine_DeadWaiterLosesItsPlace(t *testing.T) {
 // specifies that two returned locks are never both within their Until, that
 // a returned lock's key holds its token with an expiry no earlier than
 // Until, that fences increase, and that no key of the line is left once
-// everyone stopped. 2 s per variant; -stress runs each for 30 s.
+// everyone stopped. 1 s per variant; -stress runs each for 30 s.
 func TestLine_StressMutualExclusion(t *testing.T) {
-	dur := 2 * time.Second
+	dur := time.Second
 	if *stress {
 		dur = 30 * time.Second
 	}
