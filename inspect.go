@@ -36,10 +36,11 @@ type Holder struct {
 // Inspect reports who holds key, with their leases, the latest fence issued
 // and how many wait, for a lock of any mode, in one round trip (two when
 // Redis does not have the script yet, after a restart or SCRIPT FLUSH: it
-// is sent once more in full). It changes nothing. A key that is not a lock of this library is reported as far as
-// it can be read: an exclusive holder for a string, permits for a sorted
-// set, ModeOther for data of another kind (an acquisition of the key fails
-// with Redis's WRONGTYPE error). An empty key returns ErrInvalidKey.
+// is sent once more in full). It changes nothing. A key that is not a lock
+// of this library is reported as far as it can be read: an exclusive
+// holder for a string, permits for a sorted set, ModeOther for data of
+// another kind (an acquisition of the key fails with Redis's WRONGTYPE
+// error). An empty key returns ErrInvalidKey.
 func (l *Locker) Inspect(ctx context.Context, key string) (Info, error) {
 	if err := l.check(key, time.Millisecond, &l.opts); err != nil {
 		return Info{}, err

@@ -281,9 +281,9 @@ func (lk *Lock) Until() time.Time {
 // reply was lost and go-redis (or the caller) sent it again: a mark kept
 // as long as go-redis may take with a command (at least 10 s) tells the
 // second run that the first one released it. It returns ErrNotHeld when the
-// key no longer held the lock: its lease ran out, or another client took the key
-// (a Lock released once returns ErrNotHeld at once, without contacting
-// Redis).
+// key no longer held the lock: its lease ran out, or another client took
+// the key (a Lock released once returns ErrNotHeld at once, without
+// contacting Redis).
 //
 // Release returns when ctx is done even if Redis does not answer; the
 // release then goes on in the background, for as long as go-redis may take

@@ -63,8 +63,8 @@ type Locker struct {
 // can end runs in a goroutine of its own, which the caller stops waiting
 // for when ctx ends (go-redis stops a socket read at ctx's deadline only
 // with ContextTimeoutEnabled, and never when ctx is cancelled before it),
-// at the cost of a goroutine hand-off per call. A nil client or an invalid option is
-// reported by every call on the returned Locker (ErrNilClient,
+// at the cost of a goroutine hand-off per call. A nil client or an invalid
+// option is reported by every call on the returned Locker (ErrNilClient,
 // ErrInvalidOption, ErrInvalidTTL).
 func New(client redis.UniversalClient, opts ...Option) *Locker {
 	o := defaultOptions().apply(opts)
