@@ -151,8 +151,16 @@ func (c leaseContext) Err() error {
 		return err
 	}
 	r := c.r
-	if c.f != nil {
-		r = c.f.r.Load()
+	if c.f != nil { // a joined handle's: the acquisition's kept context now
+		var lost bool
+		r, lost = c.f.a.keptNow()
+		switch {
+		case lost || r != nil && errors.Is(context.Cause(r.ctx), ErrLockLost):
+			c.cancel(ErrLockLost)
+			return c.Context.Err()
+		case r == nil || r.ctx.Err() != nil:
+			return nil // replaced or ended: the follower follows or tells
+		}
 	}
 	if time.Since(epoch) >= time.Duration(r.end.Load()) {
 		r.lose()

@@ -373,7 +373,7 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 	}
 	now := ln.heard
 	if err == nil {
-		l.rtt.Store(int64(now.Sub(start)))
+		l.rtts.add(now.Sub(start))
 	}
 	ln.asked = time.Time{}
 	ln.unblock()
@@ -847,9 +847,33 @@ func nextBackoff(prev, min, max time.Duration) time.Duration {
 }
 
 // silence is how long an attempt of l may go unanswered before Redis is
-// taken to have stopped answering: noAnswer, or twice the latest answered
-// attempt's round trip on a slower link, so that a slow but healthy link
-// does not turn contention into a Redis failure.
+// taken to have stopped answering: noAnswer, or twice the link's round trip
+// on a slower link, so that a slow but healthy link does not turn
+// contention into a Redis failure.
 func (l *Locker) silence() time.Duration {
-	return max(noAnswer, 2*time.Duration(l.rtt.Load()))
+	return max(noAnswer, 2*l.rtts.typical())
+}
+
+// roundTrips are the round trips of the latest two answered attempts.
+type roundTrips struct {
+	mu         sync.Mutex
+	last, prev time.Duration
+}
+
+func (r *roundTrips) add(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.prev, r.last = r.last, d
+}
+
+// typical is the smaller of the latest two (the latest while there is only
+// one): one slow reply (a retransmission, a pause of this process) does not
+// make a Redis that stops answering right after it look like a slow link.
+func (r *roundTrips) typical() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.prev == 0 {
+		return r.last
+	}
+	return min(r.prev, r.last)
 }

@@ -1101,3 +1101,29 @@ func TestLine_SlowLinkContentionIsNotObtained(t *testing.T) {
 		require.NoError(t, l.Shutdown(ctx))
 	}
 }
+
+// One slow reply (held 1.5 s on its way back, a retransmission or a pause)
+// right before Redis freezes does not make the freeze look like a slow
+// link: the wait ends as a Redis failure, not ErrNotObtained.
+func TestLine_OneSlowReplyThenAFreezeIsNotContention(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 20*time.Second)
+	rdb, _ := b.client(t)
+	holder, err := redislock.New(rdb).TryObtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	var attempts atomic.Int32
+	wc, _ := b.client(t)
+	wc.AddHook(hook{after: func(cmd redis.Cmder, _ error) {
+		if runs(cmd, redislock.AcquireScriptHash) && attempts.Add(1) == 2 {
+			time.Sleep(1500 * time.Millisecond)
+			b.srv.Freeze(t)
+		}
+	}})
+	wctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+	defer cancel()
+	_, err = redislock.New(wc).Obtain(wctx, "k", time.Minute)
+	b.srv.Thaw(t)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redislock.ErrNotObtained, "Redis was frozen for the last 2.5 s of the wait")
+	require.NoError(t, holder.Release(ctx))
+}

@@ -29,7 +29,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,7 +47,7 @@ type Locker struct {
 	retry   time.Duration // how long go-redis may take with one command (see retryWindow)
 	read    time.Duration // the client's ReadTimeout; <= 0: none
 	retries int           // the client's MaxRetries: how often go-redis sends a command again
-	rtt     atomic.Int64  // the latest answered attempt's round trip, in ns (see silence)
+	rtts    roundTrips    // of answered attempts (see silence)
 	keeper  keeper        // renews kept leases
 	lines   lines         // Obtains waiting for keys
 	quorum  *quorum       // the masters of a quorum Locker (NewQuorum); nil for others

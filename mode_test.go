@@ -398,6 +398,36 @@ func TestPermits_NotOnALocksKey(t *testing.T) {
 	})
 }
 
+// A place in line whose waiter stopped renewing it (its link went black)
+// decides nothing once it lapsed: with the crashed holder's lease over too,
+// nobody holds or waits, and a semaphore of another n may take the key.
+func TestPermits_LapsedPlaceDecidesNothing(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 15*time.Second)
+	rdb, _ := b.client(t)
+	one := redislock.WithPermits(1)
+	crashed, err := redislock.New(rdb).Obtain(ctx, "sem", 300*time.Millisecond, one)
+	require.NoError(t, err)
+	x := newToxi(t, b.addr)
+	wc := redis.NewClient(&redis.Options{Addr: x.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = wc.Close() })
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	waiter := redislock.New(wc)
+	got := obtainAsync(wctx, waiter, "sem", time.Minute, one)
+	waitQueued(t, rdb, "sem", 1)
+	x.add("hole", "blackhole", "upstream", nil)
+	time.Sleep(max(time.Until(crashed.Until()), redislock.PlaceLease+200*time.Millisecond))
+
+	other, err := redislock.New(rdb).TryObtain(ctx, "sem", time.Minute, redislock.WithPermits(2))
+	require.NoError(t, err, "a lapsed place of a semaphore of 1")
+	require.NoError(t, other.Release(ctx))
+	cancel()
+	require.Error(t, (<-got).err)
+	x.remove("hole")
+	require.NoError(t, waiter.Shutdown(ctx))
+}
+
 // assertNoSideKeys fails t if any key of the lock key is left but its
 // release marks and its fence counter: once nobody holds or waits, nothing
 // remains.

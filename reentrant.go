@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -184,32 +183,46 @@ func (lk *Lock) keepJoined(ctx context.Context) context.Context {
 type follower struct {
 	a      *Lock
 	cancel context.CancelCauseFunc
-	r      atomic.Pointer[renewal] // the kept context followed
 
 	mu      sync.Mutex
 	stopped bool
-	stopR   func() bool // stops the watch of r
+	stopR   func() bool // stops the watch of the kept context followed
 }
 
-// watch follows r.
+// watch follows r: when r's context ends (at once if it has), ended decides.
 func (f *follower) watch(r *renewal) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.stopped {
-		return
+	if !f.stopped {
+		f.stopR = context.AfterFunc(r.ctx, func() { f.ended(r) })
 	}
-	f.r.Store(r)
-	f.stopR = context.AfterFunc(r.ctx, func() {
-		f.a.mu.Lock()
-		next := f.a.renewal
-		f.a.mu.Unlock()
-		cause := context.Cause(r.ctx)
-		if next != nil && next != r && next.ctx.Err() == nil && !errors.Is(cause, ErrLockLost) {
-			f.watch(next) // replaced by a new KeepAlive
-			return
-		}
+}
+
+// ended is called when r's context has ended: a loss ends the joined
+// context with ErrLockLost; a replacement (the acquisition's kept context
+// is another one now, or none since it was found lost) is followed; any
+// other end (a Release, the end of the ctx KeepAlive was given) ends the
+// joined context with r's cause.
+func (f *follower) ended(r *renewal) {
+	cause := context.Cause(r.ctx)
+	next, lost := f.a.keptNow()
+	switch {
+	case errors.Is(cause, ErrLockLost):
 		f.cancel(cause)
-	})
+	case lost:
+		f.cancel(ErrLockLost)
+	case next != nil && next != r:
+		f.watch(next)
+	default:
+		f.cancel(cause)
+	}
+}
+
+// keptNow returns a's kept context, if any, and whether a was found lost.
+func (a *Lock) keptNow() (*renewal, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.renewal, a.lost
 }
 
 // stop ends the watch, once the joined handle's context is done.

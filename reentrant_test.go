@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -281,4 +282,60 @@ func TestReentrant_JoinedContextFollowsANewKeepAlive(t *testing.T) {
 		return nil
 	})
 	assert.ErrorIs(t, err, redislock.ErrLockLost)
+}
+
+// Joined handles' contexts through a storm of KeepAlive calls on the outer
+// lock (each replaces the acquisition's kept context): while the lock is
+// held, none ends, also when Err is polled in a tight loop; when the lock
+// is then found lost during the storm, every one ends with ErrLockLost.
+func TestReentrant_JoinedContextsThroughKeepAliveStorm(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 20*time.Second)
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb)
+	outer, err := locker.Obtain(ctx, "k", 2*time.Second)
+	require.NoError(t, err)
+	const n = 20
+	joined := make([]context.Context, n)
+	for i := range joined {
+		lk, err := locker.Obtain(outer.Context(ctx), "k", 2*time.Second)
+		require.NoError(t, err)
+		joined[i] = lk.KeepAlive(ctx)
+	}
+	storm := func(d time.Duration) {
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				for end := time.Now().Add(d); time.Now().Before(end); {
+					outer.KeepAlive(ctx)
+					time.Sleep(100 * time.Microsecond)
+				}
+			})
+		}
+		for _, j := range joined {
+			wg.Go(func() {
+				for end := time.Now().Add(d); time.Now().Before(end); runtime.Gosched() {
+					_ = j.Err()
+				}
+			})
+		}
+		wg.Wait()
+	}
+	storm(time.Second)
+	for i, j := range joined {
+		assert.NoError(t, context.Cause(j), "joined context %d ended while the lock was held and kept", i)
+	}
+	require.NoError(t, rdb.Del(ctx, "k").Err())
+	go func() { _, _ = outer.TTL(ctx) }() // finds the loss during the storm
+	storm(500 * time.Millisecond)
+	for i, j := range joined {
+		select {
+		case <-j.Done():
+			assert.ErrorIs(t, context.Cause(j), redislock.ErrLockLost, "joined context %d", i)
+		case <-time.After(2 * time.Second):
+			t.Errorf("joined context %d outlived the lock", i)
+		}
+	}
+	_ = outer.Release(ctx)
+	require.NoError(t, locker.Shutdown(ctx))
 }

@@ -178,7 +178,7 @@ local function fits(mode)
 	return redis.call("ZCARD", K) < tonumber(mode)
 end
 
--- what the key is, as its holders say, or else its first place in line:
+-- what the key is, as its holders say, or else its first live place in line:
 -- "lock" (exclusive or shared), a semaphore's number of permits, or nil
 -- when nobody holds it or waits for it (a semaphore's waiters name its
 -- permits while its holders' leases, and the limit with them, are over)
@@ -197,8 +197,11 @@ local function kindOf()
 	end
 	for _, token in ipairs(redis.call("LRANGE", QUEUE, 0, -1)) do
 		local value = redis.call("HGET", PLACES, token)
+		local deadline, mode
 		if value then
-			local mode = string.match(value, "^%d+ %d+ %d (%w+) ")
+			deadline, mode = string.match(value, "^(%d+) %d+ %d (%w+) ")
+		end
+		if value and tonumber(deadline) >= now then -- a live place: its waiter renews it
 			if mode == "x" or mode == "s" then
 				return "lock"
 			end
