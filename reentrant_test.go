@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -222,12 +223,7 @@ func TestReentrant_LostLockIsNotJoined(t *testing.T) {
 // that when that ctx ends (a request's, cancelled once it is done), the
 // second one's fn goes on under the lock, its ctx live.
 func TestReentrant_SiblingsContextDoesNotEndMine(t *testing.T) {
-	b := realBackend(t)
-	ctx := ctxT(t, 10*time.Second)
-	rdb, _ := b.client(t)
-	locker := redislock.New(rdb)
-	outer, err := locker.Obtain(ctx, "k", 2*time.Second)
-	require.NoError(t, err)
+	ctx, _, locker, outer := heldOuter(t, 10*time.Second)
 	cctx := outer.Context(ctx)
 
 	first := make(chan struct{})
@@ -241,12 +237,8 @@ func TestReentrant_SiblingsContextDoesNotEndMine(t *testing.T) {
 		}))
 	}()
 	<-first
-	err = locker.WithLock(cctx, "k", func(fctx context.Context) error {
-		select {
-		case <-fctx.Done():
-			t.Errorf("the fn's ctx ended (cause %v) with its own ctx live and the lock held", context.Cause(fctx))
-		case <-time.After(time.Second):
-		}
+	err := locker.WithLock(cctx, "k", func(fctx context.Context) error {
+		staysLive(t, fctx, time.Second, "with its own ctx live and the lock held")
 		return nil
 	})
 	require.NoError(t, err)
@@ -258,19 +250,10 @@ func TestReentrant_SiblingsContextDoesNotEndMine(t *testing.T) {
 // the nested call started): it stays live while the lock is held and kept,
 // and ends with ErrLockLost when the lock is lost.
 func TestReentrant_JoinedContextFollowsANewKeepAlive(t *testing.T) {
-	b := realBackend(t)
-	ctx := ctxT(t, 10*time.Second)
-	rdb, _ := b.client(t)
-	locker := redislock.New(rdb)
-	outer, err := locker.Obtain(ctx, "k", 2*time.Second)
-	require.NoError(t, err)
-	err = locker.WithLock(outer.Context(ctx), "k", func(fctx context.Context) error {
+	ctx, rdb, locker, outer := heldOuter(t, 10*time.Second)
+	err := locker.WithLock(outer.Context(ctx), "k", func(fctx context.Context) error {
 		kctx := outer.KeepAlive(ctx)
-		select {
-		case <-fctx.Done():
-			t.Errorf("the nested ctx ended (cause %v) with the lock held and kept", context.Cause(fctx))
-		case <-time.After(300 * time.Millisecond):
-		}
+		staysLive(t, fctx, 300*time.Millisecond, "with the lock held and kept")
 		require.NoError(t, rdb.Del(ctx, "k").Err()) // lost: the next renewal finds it gone
 		select {
 		case <-fctx.Done():
@@ -289,12 +272,7 @@ func TestReentrant_JoinedContextFollowsANewKeepAlive(t *testing.T) {
 // held, none ends, also when Err is polled in a tight loop; when the lock
 // is then found lost during the storm, every one ends with ErrLockLost.
 func TestReentrant_JoinedContextsThroughKeepAliveStorm(t *testing.T) {
-	b := realBackend(t)
-	ctx := ctxT(t, 20*time.Second)
-	rdb, _ := b.client(t)
-	locker := redislock.New(rdb)
-	outer, err := locker.Obtain(ctx, "k", 2*time.Second)
-	require.NoError(t, err)
+	ctx, rdb, locker, outer := heldOuter(t, 20*time.Second)
 	const n = 20
 	joined := make([]context.Context, n)
 	for i := range joined {
@@ -338,4 +316,26 @@ func TestReentrant_JoinedContextsThroughKeepAliveStorm(t *testing.T) {
 	}
 	_ = outer.Release(ctx)
 	require.NoError(t, locker.Shutdown(ctx))
+}
+
+// heldOuter starts a redis-server and returns a ctx bounded by d, a client,
+// a Locker, and its lock on "k" (2 s, not kept).
+func heldOuter(t *testing.T, d time.Duration) (context.Context, *redis.Client, *redislock.Locker, *redislock.Lock) {
+	b := realBackend(t)
+	ctx := ctxT(t, d)
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb)
+	outer, err := locker.Obtain(ctx, "k", 2*time.Second)
+	require.NoError(t, err)
+	return ctx, rdb, locker, outer
+}
+
+// staysLive fails t if ctx ends within d.
+func staysLive(t *testing.T, ctx context.Context, d time.Duration, why string) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		t.Errorf("the ctx ended (cause %v) %s", context.Cause(ctx), why)
+	case <-time.After(d):
+	}
 }
