@@ -567,11 +567,11 @@ func assertNoLockWithoutTTL(t *testing.T, rdb redis.UniversalClient) {
 	}
 }
 
-// With ContextTimeoutEnabled, calls with a deadline skip the goroutine of
-// bounded: go-redis's own deadline must then hold against a frozen Redis.
-// With ReadTimeout -2 beside it, go-redis sets no socket deadline at all
-// (ctx's neither): the package bounds the calls itself, and they return in
-// time too.
+// With ContextTimeoutEnabled, go-redis stops at ctx's deadline itself, and
+// the package bounds the calls too: against a frozen Redis they return in
+// time, with the deadline in their errors. With ReadTimeout -2 beside it,
+// go-redis sets no socket deadline at all (ctx's neither): the package's
+// bound alone holds, and they return in time too.
 func TestDeadlinesHoldWithContextTimeoutEnabled(t *testing.T) {
 	for name, read := range map[string]time.Duration{"ReadTimeout default": 0, "ReadTimeout -2": -2} {
 		t.Run(name, func(t *testing.T) {
