@@ -88,11 +88,18 @@ func (lk *Lock) KeepAlive(ctx context.Context) context.Context {
 	if lk.joined != nil {
 		return lk.keepJoined(ctx)
 	}
+	return lk.keep(ctx, true)
+}
+
+// keep is KeepAlive for an acquisition; byHandle says that its own handle
+// asks, which it may not once it was released (joined handles may: see
+// keepOn).
+func (lk *Lock) keep(ctx context.Context, byHandle bool) context.Context {
 	cctx, cancel := context.WithCancelCause(ctx)
 	r := &renewal{lk: lk, ctx: cctx, cancel: cancel}
 	lctx := leaseContext{Context: cctx, r: r}
 	lk.mu.Lock()
-	if lk.released || lk.ended {
+	if lk.released || lk.ended && byHandle {
 		lk.mu.Unlock()
 		cancel(ErrNotHeld)
 		return lctx

@@ -20,8 +20,9 @@ type Lock struct {
 	mode   mode
 	fence  int64
 
-	replicas replicas // that must acknowledge its writes (WithReplicas); set before the Lock is returned
-	joined   *Lock    // the acquisition this handle joined (see reentrant.go), or nil
+	replicas replicas                // that must acknowledge its writes (WithReplicas); set before the Lock is returned
+	joined   *Lock                   // the acquisition this handle joined (see reentrant.go), or nil
+	kept     context.CancelCauseFunc // ends this joined handle's kept context (see keepJoined); under the acquisition's mu
 
 	mu        sync.Mutex // of the acquisition guards all but the constant fields above
 	clock     leaseClock // the lease as known locally

@@ -126,6 +126,9 @@ func (lk *Lock) endHandle() (a *Lock, last, ok bool) {
 	}
 	lk.ended = true
 	a.holds--
+	if lk.kept != nil {
+		lk.kept(context.Canceled) // Release ends the handle's kept context
+	}
 	return a, a.holds == 0, true
 }
 
@@ -152,28 +155,51 @@ func (lk *Lock) handleEnded() bool {
 // context and its cause (a KeepAlive of the acquisition that replaces that
 // context is followed: see follower). An acquisition not kept yet is kept
 // from now on, until it is released or lost: not only while ctx lasts,
-// since other handles (siblings) may rely on it.
+// since other handles (siblings) may rely on it. As for any Lock, calling
+// it again replaces the handle's previous context, and Release of the
+// handle ends it (context.Canceled); on a released handle it returns a
+// context ended with ErrNotHeld.
 func (lk *Lock) keepJoined(ctx context.Context) context.Context {
 	a := lk.joined
-	a.mu.Lock()
-	r := a.renewal
-	a.mu.Unlock()
-	if r == nil || r.ctx.Err() != nil {
-		a.KeepAlive(context.WithoutCancel(ctx))
-		a.mu.Lock()
-		r = a.renewal
-		a.mu.Unlock()
-		if r == nil { // released meanwhile
-			child, cancel := context.WithCancelCause(ctx)
-			cancel(ErrNotHeld)
-			return child
-		}
-	}
 	child, cancel := context.WithCancelCause(ctx)
+	r := a.keepOn()
+	a.mu.Lock()
+	if lk.ended || r == nil {
+		a.mu.Unlock()
+		cancel(ErrNotHeld)
+		return child
+	}
+	if lk.kept != nil {
+		lk.kept(context.Canceled) // replaced
+	}
+	lk.kept = cancel
+	a.mu.Unlock()
 	f := &follower{a: a, cancel: cancel}
 	f.watch(r)
 	context.AfterFunc(child, f.stop)
 	return leaseContext{Context: child, f: f, cancel: cancel}
+}
+
+// keepOn returns a's kept context, keeping a from now on if it is not kept
+// (with no end but a's release or loss: joined handles rely on it); nil
+// when a is released, or being released.
+func (a *Lock) keepOn() *renewal {
+	a.mu.Lock()
+	r, gone := a.renewal, a.released || a.releasing
+	a.mu.Unlock()
+	if gone {
+		return nil
+	}
+	if r == nil || r.ctx.Err() != nil {
+		a.keep(context.Background(), false)
+		a.mu.Lock()
+		r = a.renewal
+		a.mu.Unlock()
+		if r == nil || r.ctx.Err() != nil {
+			return nil // released meanwhile
+		}
+	}
+	return r
 }
 
 // A follower ends a joined handle's context (cancel) when the
@@ -200,9 +226,9 @@ func (f *follower) watch(r *renewal) {
 
 // ended is called when r's context has ended: a loss ends the joined
 // context with ErrLockLost; a replacement (the acquisition's kept context
-// is another one now, or none since it was found lost) is followed; any
-// other end (a Release, the end of the ctx KeepAlive was given) ends the
-// joined context with r's cause.
+// is another one now) is followed; the end of the ctx the holder gave
+// KeepAlive keeps the acquisition on for the joined handle (see keepOn); a
+// release ends the joined context with r's cause.
 func (f *follower) ended(r *renewal) {
 	cause := context.Cause(r.ctx)
 	next, lost := f.a.keptNow()
@@ -214,6 +240,10 @@ func (f *follower) ended(r *renewal) {
 	case next != nil && next != r:
 		f.watch(next)
 	default:
+		if next = f.a.keepOn(); next != nil {
+			f.watch(next)
+			return
+		}
 		f.cancel(cause)
 	}
 }

@@ -339,3 +339,31 @@ func staysLive(t *testing.T, ctx context.Context, d time.Duration, why string) {
 	case <-time.After(d):
 	}
 }
+
+// A joined handle's KeepAlive behaves as any Lock's: a second call replaces
+// the first context; the handle's Release ends it (the acquisition goes on
+// for the others); on a released handle it returns a context ended with
+// ErrNotHeld. And the acquisition stays kept for it when the outer holder's
+// own KeepAlive ctx ends: the key stays held, the joined context live.
+func TestReentrant_JoinedHandleKeepAlive(t *testing.T) {
+	ctx, rdb, locker, outer := heldOuter(t, 10*time.Second)
+	lk, err := locker.Obtain(outer.Context(ctx), "k", 2*time.Second)
+	require.NoError(t, err)
+	first := lk.KeepAlive(ctx)
+	kept := lk.KeepAlive(ctx)
+	assert.ErrorIs(t, context.Cause(first), context.Canceled, "replaced by the second KeepAlive")
+
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	outer.KeepAlive(short)
+	staysLive(t, kept, 2500*time.Millisecond, "after the outer's KeepAlive ctx ended, over a lease")
+	assert.Equal(t, outer.Token(), rdb.Get(ctx, "k").Val(), "the key is kept for the joined handle")
+
+	require.NoError(t, lk.Release(ctx))
+	assert.ErrorIs(t, context.Cause(kept), context.Canceled, "the handle's Release ends its kept context")
+	assert.ErrorIs(t, context.Cause(lk.KeepAlive(ctx)), redislock.ErrNotHeld, "KeepAlive of a released handle")
+	_, err = outer.TTL(ctx)
+	require.NoError(t, err, "the outer holder still holds it")
+	require.NoError(t, outer.Release(ctx))
+	require.NoError(t, locker.Shutdown(ctx))
+}
