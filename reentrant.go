@@ -162,7 +162,10 @@ func (lk *Lock) handleEnded() bool {
 func (lk *Lock) keepJoined(ctx context.Context) context.Context {
 	a := lk.joined
 	child, cancel := context.WithCancelCause(ctx)
-	r := a.keepOn()
+	var r *renewal
+	if !lk.handleEnded() { // a released handle keeps nothing on
+		r = a.keepOn()
+	}
 	a.mu.Lock()
 	if lk.ended || r == nil {
 		a.mu.Unlock()
