@@ -179,8 +179,10 @@ func expiresWithin(t *testing.T, direct *redis.Client, key string, ttl time.Dura
 }
 
 // Expected outcome: acquired. 40±10ms each way does not stop anything: the
-// lock is acquired, inspected, refreshed and released, and a 600ms lease is
-// kept through a 1.5s job while a competitor tries to take it.
+// lock is acquired, inspected, refreshed and released, and a 1s lease is
+// kept through a 1.5s job while a competitor tries to take it. (A 600ms
+// lease was lost once in six runs of the whole -race suite on 2 cores: a
+// renewal and its hedges all unanswered for about 350ms.)
 func TestToxiLatency(t *testing.T) {
 	x, _, direct, locker := toxiSetup(t)
 	x.add("up", "latency", "upstream", map[string]any{"latency": 40, "jitter": 10})
@@ -220,7 +222,7 @@ func TestToxiLatency(t *testing.T) {
 			}
 		}
 		return nil
-	}, redislock.WithTTL(600*time.Millisecond))
+	}, redislock.WithTTL(time.Second))
 	require.NoError(t, err)
 	assert.Zero(t, competitorWins)
 	assert.Equal(t, int64(0), direct.Exists(ctx, "job").Val())
