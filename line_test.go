@@ -965,8 +965,12 @@ func TestLine_WrongTypeLeavesNoPlace(t *testing.T) {
 	require.NoError(t, direct.Set(ctx, "k", "foreign", 200*time.Millisecond).Err())
 	ch := obtainAsync(ctx, locker, "k", time.Minute)
 	waitQueued(t, direct, "k", 1)
-	require.NoError(t, direct.Del(ctx, "k").Err())
-	require.NoError(t, direct.HSet(ctx, "k", "f", "v").Err())
+	_, err := direct.TxPipelined(ctx, func(p redis.Pipeliner) error { // at once: no attempt in between
+		p.Del(ctx, "k")
+		p.HSet(ctx, "k", "f", "v")
+		return nil
+	})
+	require.NoError(t, err)
 	r := <-ch
 	require.ErrorContains(t, r.err, "WRONGTYPE")
 	require.NoError(t, locker.Shutdown(ctx))
