@@ -1,24 +1,3 @@
-// Package redislock provides distributed locks on Redis.
-//
-// A Locker acquires locks on keys of one Redis deployment. A lock is a lease:
-// it is held for a ttl unless refreshed, so a holder that dies cannot block
-// everyone forever. Each acquisition stores a 128-bit random token in the
-// key; Release and Refresh act only while the key still holds that token,
-// so a holder whose lease has expired can never release or extend the lock of
-// the holder that came after it.
-//
-//	locker := redislock.New(rdb)
-//	lock, err := locker.Obtain(ctx, "order:42", 10*time.Second)
-//	if err != nil {
-//		return err // errors.Is(err, redislock.ErrNotObtained) when it stayed taken
-//	}
-//	defer lock.Release(ctx)
-//
-// A lease can expire while its holder still works (a long GC pause, a frozen
-// VM), and a Redis failover can lose a lock, since replication is
-// asynchronous. Keep leases alive with WithLock or Lock.KeepAlive, which
-// also tell the holder when the lock is lost, and use fencing tokens where two
-// holders at once must never write.
 package redislock
 
 import (

@@ -1,0 +1,267 @@
+package redislock_test
+
+import (
+	"bytes"
+	"fmt"
+	"go/format"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+// docFiles are the Markdown files whose links TestDocs_LinksResolve checks:
+// the README and every file of docs/.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no docs/*.md")
+	}
+	return append([]string{"README.md"}, files...)
+}
+
+// A mdLink is a link target found in a Markdown file, with its line.
+type mdLink struct {
+	line   int
+	target string
+}
+
+var (
+	// inlineLink matches [text](target) and ![alt](target), with an
+	// optional "title"; the text may hold one level of brackets.
+	inlineLink = regexp.MustCompile(`!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^()\s>]*)>?(?:\s+"[^"]*")?\s*\)`)
+	// refDef matches a reference definition: [label]: target
+	refDef = regexp.MustCompile(`^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s.*)?$`)
+	// codeSpan matches an inline code span, whose text is not Markdown.
+	codeSpan = regexp.MustCompile("`+[^`]*`+")
+	// heading matches an ATX heading.
+	heading = regexp.MustCompile(`^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$`)
+	// htmlAnchor matches an explicit anchor: <a id="x"> or <a name="x">.
+	htmlAnchor = regexp.MustCompile(`<a\s+(?:id|name)="([^"]+)"`)
+)
+
+// mdLines returns the lines of a Markdown file that are not inside a fenced
+// code block (those are blanked, so that line numbers stay right).
+func mdLines(src string) []string {
+	lines := strings.Split(src, "\n")
+	fence := ""
+	for i, l := range lines {
+		trim := strings.TrimLeft(l, " ")
+		switch {
+		case fence == "" && (strings.HasPrefix(trim, "```") || strings.HasPrefix(trim, "~~~")):
+			fence = trim[:3]
+			lines[i] = ""
+		case fence != "":
+			if strings.HasPrefix(trim, fence) {
+				fence = ""
+			}
+			lines[i] = ""
+		}
+	}
+	return lines
+}
+
+// links returns the link targets of a Markdown file, outside code.
+func links(src string) []mdLink {
+	var out []mdLink
+	for i, l := range mdLines(src) {
+		l = codeSpan.ReplaceAllString(l, "")
+		for _, m := range inlineLink.FindAllStringSubmatch(l, -1) {
+			out = append(out, mdLink{i + 1, m[1]})
+		}
+		if m := refDef.FindStringSubmatch(l); m != nil {
+			out = append(out, mdLink{i + 1, m[1]})
+		}
+	}
+	return out
+}
+
+// anchors returns the anchors of a Markdown file's headings, as GitHub makes
+// them, and its explicit <a id> anchors.
+func anchors(src string) map[string]bool {
+	set := map[string]bool{}
+	seen := map[string]int{}
+	for _, l := range mdLines(src) {
+		for _, m := range htmlAnchor.FindAllStringSubmatch(l, -1) {
+			set[m[1]] = true
+		}
+		m := heading.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		slug := slugify(m[2])
+		if n := seen[slug]; n > 0 {
+			set[fmt.Sprintf("%s-%d", slug, n)] = true
+		} else {
+			set[slug] = true
+		}
+		seen[slug]++
+	}
+	return set
+}
+
+// slugify makes a heading's anchor as GitHub does: the heading's text (a
+// link's text for a link, code without its backticks), lower-cased, with
+// every character but letters, digits, spaces, '-' and '_' dropped, and
+// spaces turned into '-'.
+func slugify(h string) string {
+	h = inlineLink.ReplaceAllStringFunc(h, func(s string) string {
+		s = strings.TrimPrefix(s, "!")
+		return s[1:strings.Index(s, "](")]
+	})
+	var b strings.Builder
+	for _, r := range strings.ToLower(h) {
+		switch {
+		case unicode.IsLetter(r), unicode.IsDigit(r), unicode.IsMark(r), r == '-', r == '_':
+			b.WriteRune(r)
+		case r == ' ':
+			b.WriteRune('-')
+		}
+	}
+	return b.String()
+}
+
+// TestDocs_LinksResolve checks that every relative link in README.md and
+// docs/*.md names a file or directory of the repository, and that a
+// #section of a Markdown file names one of its headings.
+func TestDocs_LinksResolve(t *testing.T) {
+	anchorsOf := map[string]map[string]bool{}
+	anchorsIn := func(path string) (map[string]bool, error) {
+		if a, ok := anchorsOf[path]; ok {
+			return a, nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		anchorsOf[path] = anchors(string(src))
+		return anchorsOf[path], nil
+	}
+	root, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, file := range docFiles(t) {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range links(string(src)) {
+			u, err := url.Parse(l.target)
+			if err != nil {
+				t.Errorf("%s:%d: link %q: %v", file, l.line, l.target, err)
+				continue
+			}
+			if u.Scheme != "" || u.Host != "" {
+				continue // absolute: not checked here
+			}
+			checked++
+			path := file
+			if u.Path != "" {
+				path = filepath.Join(filepath.Dir(file), filepath.FromSlash(u.Path))
+				abs, err := filepath.Abs(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if abs != root && !strings.HasPrefix(abs, root+string(filepath.Separator)) {
+					t.Errorf("%s:%d: link %q leaves the repository", file, l.line, l.target)
+					continue
+				}
+				if _, err := os.Stat(path); err != nil {
+					t.Errorf("%s:%d: link %q: no such file or directory", file, l.line, l.target)
+					continue
+				}
+			}
+			if u.Fragment == "" || !strings.HasSuffix(path, ".md") {
+				continue
+			}
+			a, err := anchorsIn(path)
+			if err != nil {
+				t.Errorf("%s:%d: link %q: %v", file, l.line, l.target, err)
+				continue
+			}
+			if !a[u.Fragment] {
+				t.Errorf("%s:%d: link %q: %s has no heading with the anchor #%s", file, l.line, l.target, path, u.Fragment)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("no relative link found: the link parser is broken")
+	}
+}
+
+// TestDocs_Slugify checks the anchors against GitHub's for headings of the
+// kinds the docs use.
+func TestDocs_Slugify(t *testing.T) {
+	for h, want := range map[string]string{
+		"Waiting: a fair line, handed over directly": "waiting-a-fair-line-handed-over-directly",
+		"Renewals don't share fate":                  "renewals-dont-share-fate",
+		"10,000 kept locks":                          "10000-kept-locks",
+		"The `WithLock` call":                        "the-withlock-call",
+		"From [bsm](https://github.com/bsm) and x_y": "from-bsm-and-x_y",
+		"One uncontended Obtain + Release":           "one-uncontended-obtain--release",
+	} {
+		if got := slugify(h); got != want {
+			t.Errorf("slugify(%q) = %q, want %q", h, got, want)
+		}
+	}
+}
+
+// TestDocs_LinkParser checks that links are found outside code only.
+func TestDocs_LinkParser(t *testing.T) {
+	src := "a [x](a.md#b) and `[y](not.md)` and ![i](img.png \"t\")\n" +
+		"```go\n[z](not.md)\n```\n" +
+		"[ref]: docs/r.md\n" +
+		"[tests](x_test.go), [[1]](n.md)\n"
+	var got []string
+	for _, l := range links(src) {
+		got = append(got, fmt.Sprintf("%d:%s", l.line, l.target))
+	}
+	want := "1:a.md#b 1:img.png 5:docs/r.md 6:x_test.go 6:n.md"
+	if strings.Join(got, " ") != want {
+		t.Errorf("links = %q, want %q", strings.Join(got, " "), want)
+	}
+}
+
+// TestDocs_README checks the README's promises to newcomers and to CI: at
+// most 12,000 bytes, the two commands word for word (CI runs the test
+// command as written), and a quickstart that is a gofmt-formatted Go
+// program.
+func TestDocs_README(t *testing.T) {
+	src, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(src) > 12000 {
+		t.Errorf("README.md is %d bytes; keep it to 12,000 and move the depth to docs/", len(src))
+	}
+	for _, cmd := range []string{"go run ./examples/oversell", "go test -race ./..."} {
+		if !bytes.Contains(src, []byte("```sh\n"+cmd+"\n```")) {
+			t.Errorf("README.md has no sh block with exactly %q", cmd)
+		}
+	}
+	_, rest, ok := strings.Cut(string(src), "```go\npackage main\n")
+	if !ok {
+		t.Fatal("README.md has no quickstart program (a go block starting with package main)")
+	}
+	prog, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("README.md: the quickstart's go block does not end")
+	}
+	prog = "package main\n" + prog
+	formatted, err := format.Source([]byte(prog))
+	if err != nil {
+		t.Fatalf("README.md: the quickstart is not Go: %v", err)
+	}
+	if string(formatted) != prog {
+		t.Error("README.md: the quickstart is not gofmt-formatted")
+	}
+}
