@@ -16,8 +16,9 @@
 // dialing, or not at all: every port, of the host and of each addr
 // parameter, must be a number in 1..65535 (the host's may be left out:
 // 6379); the database, in the path or a db parameter, 0 or more; the
-// numbers of the query parameters within the bounds of [limits]. A
-// password's '@', '/', '?' and '#' must be escaped (%40, %2F, %3F, %23).
+// numbers of the query parameters in their ranges (pool sizes in
+// 0..10000, protocol 2 or 3, max_retries -1 or more, ...). A
+// password's '/', '?', '#' and '%' must be escaped (%2F, %3F, %23, %25).
 //
 // Errors never show a password: they show the URL as [Redact] does.
 package redisurl
