@@ -585,6 +585,15 @@ func TestRun_QuietSaysNothingOnConflict(t *testing.T) {
 	equal(t, len(lines(t, marks)), 0, "COMMAND ran")
 }
 
+// waitInLine waits up to 5 s for status to show one place in key's line.
+func waitInLine(t *testing.T, key string) {
+	t.Helper()
+	waitFor(t, 5*time.Second, "a run waits in line", func() bool {
+		_, out, _ := runCLI(t, "status", key)
+		return strings.Contains(out, "waiting:  1\n")
+	})
+}
+
 // waitForExit is a COMMAND that writes "start NAME" to marks, waits for
 // the file marks.exit, and writes "end NAME".
 func waitForExit(marks, name string) []string {
@@ -616,10 +625,7 @@ func TestRun_SharedRunsHoldKeyTogether(t *testing.T) {
 	contains(t, stderr, ", readers of a read-write lock")
 
 	w := start(t, runArgs(key, nil, script(marks, `echo W >> "$1"`))...)
-	waitFor(t, 5*time.Second, "the writer waits in line", func() bool {
-		_, out, _ := runCLI(t, "status", key)
-		return strings.Contains(out, "waiting:  1\n")
-	})
+	waitInLine(t, key)
 	must(t, os.WriteFile(marks+".exit", nil, 0o644))
 	for _, p := range []*proc{a, b, w} {
 		equal(t, p.wait(5*time.Second), 0, "%s", p.errors())
@@ -652,9 +658,8 @@ func TestRun_PermitsLetNRunsHoldKey(t *testing.T) {
 	equal(t, strings.Count(out, "\nholder:   "), 2, "%s", out)
 
 	d := start(t, runArgs(key, []string{"-permits", "2"}, script(marks, `echo D >> "$1"`))...)
-	time.Sleep(300 * time.Millisecond)
-	hasNo := func(line string) bool { return !slices.Contains(lines(t, marks), line) }
-	check(t, hasNo("D"), "a third run got one of 2 permits")
+	waitInLine(t, key)
+	check(t, !slices.Contains(lines(t, marks), "D"), "a third run got one of 2 permits")
 	must(t, os.WriteFile(marks+".exit", nil, 0o644))
 	for _, p := range []*proc{a, b, d} {
 		equal(t, p.wait(5*time.Second), 0, "%s", p.errors())

@@ -12,8 +12,8 @@
 // ParseFailoverURL and ParseClusterURL read them. Query parameters are
 // go-redis's (dial_timeout, read_timeout, pool_size, ...).
 //
-// NewClient checks what go-redis takes as it comes and fails on only when
-// dialing, or not at all: every port, of the host and of each addr
+// NewClient rejects what go-redis takes as it comes, to fail on it only
+// when dialing, or never: every port, of the host and of each addr
 // parameter, must be a number in 1..65535 (the host's may be left out:
 // 6379); the database, in the path or a db parameter, 0 or more; the
 // numbers of the query parameters in their ranges (pool sizes in
@@ -104,9 +104,9 @@ func parse(raw string) (kind, goredis string, err error) {
 		if _, rerr := url.Parse(Redact(raw)); rerr != nil {
 			return "", "", errors.Unwrap(rerr) // url.Error's Err: without the URL
 		}
-		return "", "", errors.New("invalid password: percent-encode its special characters (%40 for '@', %2F for '/', %25 for '%')")
+		return "", "", errors.New("invalid password: escape its special characters ('/' as %2F, '?' as %3F, '#' as %23, '%' as %25)")
 	case strayAt(u):
-		return "", "", errors.New("an '@' after the host: escape '@', '/', '?' and '#' in a user or password (%40, %2F, %3F, %23)")
+		return "", "", errors.New("an '@' after the host: escape '/', '?' and '#' in a user or password (%2F, %3F, %23)")
 	case u.Host == "":
 		return "", "", errors.New("no host (want e.g. redis://127.0.0.1:6379)")
 	}
@@ -256,11 +256,9 @@ const redacted = "xxxxx"
 // after the host (see strayAt), a password with an unescaped '/', '?' or
 // '#' is assumed: the password then runs to the last '@'.
 func Redact(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		scheme, rest = "", raw
-	} else {
-		scheme += "://"
+	scheme, rest := "", raw
+	if i := strings.Index(raw, "://"); i >= 0 {
+		scheme, rest = raw[:i+3], raw[i+3:]
 	}
 	authority := rest // up to the last '@' when raw does not parse
 	if u, err := url.Parse(raw); err == nil && !strayAt(u) {
@@ -288,11 +286,12 @@ func redactParams(s string) string {
 	params := strings.Split(query, "&")
 	for i, p := range params {
 		name, _, hasValue := strings.Cut(p, "=")
-		if unescaped, err := url.QueryUnescape(name); err == nil {
-			name = unescaped
+		unescaped, err := url.QueryUnescape(name)
+		if err != nil {
+			unescaped = name
 		}
-		if hasValue && strings.Contains(strings.ToLower(name), "password") {
-			params[i] = p[:strings.IndexByte(p, '=')+1] + redacted
+		if hasValue && strings.Contains(strings.ToLower(unescaped), "password") {
+			params[i] = name + "=" + redacted
 		}
 	}
 	s = head + "?" + strings.Join(params, "&")
