@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,17 +29,32 @@ var errHelp = flag.ErrHelp
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
 
+// shellPath runs -c's command line, as flock(1) does without $SHELL.
+const shellPath = "/bin/sh"
+
 // runConfig is a valid command line of run.
 type runConfig struct {
 	key      string
-	argv     []string      // COMMAND and its arguments
+	argv     []string      // COMMAND and its arguments (-c: sh -c and the command line)
 	ttl      time.Duration // the lease
 	wait     time.Duration // how long to wait for the lock; < 0: until interrupted; 0: -n
 	conflict int           // exit status when the lock is not obtained (-E)
+	quiet    bool          // -q: nothing said when the lock is not obtained
+	shared   bool          // -s: a reader of a read-write lock
+	permits  int           // -permits: one of this many permits of a semaphore; 0 for none
+	holder   holder        // what is stored as the holder's description
 	grace    time.Duration // from SIGTERM to SIGKILL after a lost lock
 	fenceEnv string        // "" for none
 	tokenEnv string        // "" for none
 	redisURL string
+}
+
+// A holder says what run stores as the holder's description (see
+// description).
+type holder struct {
+	text    string // -holder's text
+	set     bool   // -holder was given: store text as it is
+	command bool   // -holder-command: COMMAND with its arguments
 }
 
 // parseRun parses the arguments of run (after "run"). Flags may come before
@@ -47,9 +64,17 @@ func parseRun(args []string, getenv func(string) string) (runConfig, error) {
 	c := runConfig{wait: -1}
 	fs := newFlagSet("run")
 	fs.DurationVar(&c.ttl, "ttl", defaultTTL, "")
-	fs.DurationVar(&c.wait, "wait", -1, "")
+	fs.Var(waitValue{&c.wait}, "w", "")
+	fs.Var(waitValue{&c.wait}, "wait", "")
 	noWait := fs.Bool("n", false, "")
 	fs.IntVar(&c.conflict, "E", exitConflict, "")
+	fs.BoolVar(&c.quiet, "q", false, "")
+	fs.BoolVar(&c.shared, "s", false, "")
+	fs.Bool("x", false, "")
+	fs.IntVar(&c.permits, "permits", 0, "")
+	fs.Func("holder", "", func(s string) error { c.holder.text, c.holder.set = s, true; return nil })
+	fs.BoolVar(&c.holder.command, "holder-command", false, "")
+	command := fs.String("c", "", "")
 	fs.DurationVar(&c.grace, "grace", defaultGrace, "")
 	fs.StringVar(&c.fenceEnv, "fence-env", defaultFenceEnv, "")
 	fs.StringVar(&c.tokenEnv, "token-env", defaultTokenEnv, "")
@@ -60,8 +85,12 @@ func parseRun(args []string, getenv func(string) string) (runConfig, error) {
 	if err != nil {
 		return c, err
 	}
-	waitSet := false
-	fs.Visit(func(f *flag.Flag) { waitSet = waitSet || f.Name == "wait" })
+	for _, group := range [][]string{{"n", "w", "wait"}, {"s", "x", "permits"}, {"holder", "holder-command"}} {
+		if g := given(fs, group...); len(g) > 1 {
+			return c, errorf("run: -%s and -%s: give one of them", g[0], g[1])
+		}
+	}
+	byShell := len(given(fs, "c")) > 0
 	switch {
 	case len(pos) == 0:
 		return c, errorf("run: no KEY")
@@ -69,23 +98,32 @@ func parseRun(args []string, getenv func(string) string) (runConfig, error) {
 		return c, errorf("run: one KEY expected, got %q (the command goes after --)", pos)
 	case pos[0] == "":
 		return c, errorf("run: empty KEY")
-	case !dashes:
-		return c, errorf("run: no -- between KEY and the command")
-	case len(argv) == 0:
+	case byShell && dashes:
+		return c, errorf("run: -c and -- COMMAND: give one of them")
+	case byShell && *command == "":
+		return c, errorf("run: -c: empty command line")
+	case !byShell && !dashes:
+		return c, errorf("run: no -- between KEY and the command (or -c 'command line')")
+	case !byShell && len(argv) == 0:
 		return c, errorf("run: no command after --")
 	case c.ttl < time.Millisecond:
 		return c, errorf("run: -ttl %v: must be at least 1ms", c.ttl)
-	case waitSet && c.wait < 0:
-		return c, errorf("run: -wait %v: must not be negative", c.wait)
-	case waitSet && *noWait:
-		return c, errorf("run: -n and -wait: give one of them")
+	case c.wait < 0 && len(given(fs, "w", "wait")) > 0:
+		return c, errorf("run: -%s %v: must not be negative", given(fs, "w", "wait")[0], c.wait)
 	case c.conflict < 0 || c.conflict > 255:
 		return c, errorf("run: -E %d: must be in 0..255", c.conflict)
+	case c.permits < 0 || (c.permits == 0 && len(given(fs, "permits")) > 0):
+		return c, errorf("run: -permits %d: must be at least 1", c.permits)
 	case c.grace < 0:
 		return c, errorf("run: -grace %v: must not be negative", c.grace)
+	case !printableText(c.holder.text):
+		return c, errorf("run: -holder %q: must be printable UTF-8 (no control or format characters) of at most %d bytes", c.holder.text, maxHolder)
 	}
 	if *noWait {
 		c.wait = 0
+	}
+	if byShell {
+		argv = []string{shellPath, "-c", *command}
 	}
 	for _, e := range []struct{ flag, name string }{{"fence-env", c.fenceEnv}, {"token-env", c.tokenEnv}} {
 		if strings.ContainsAny(e.name, "=\x00") {
@@ -103,6 +141,47 @@ func parseRun(args []string, getenv func(string) string) (runConfig, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// A waitValue is the value of -w and -wait: a number of seconds, fractions
+// allowed (flock's -w), or a duration with its unit (1m30s).
+type waitValue struct{ d *time.Duration }
+
+func (v waitValue) String() string {
+	if v.d == nil {
+		return ""
+	}
+	return v.d.String()
+}
+
+func (v waitValue) Set(s string) error {
+	if d, err := time.ParseDuration(s); err == nil {
+		*v.d = d
+		return nil
+	}
+	seconds, err := strconv.ParseFloat(s, 64)
+	switch {
+	case err != nil:
+		return errors.New("want seconds (2.5) or a duration (1m30s)")
+	case math.IsNaN(seconds) || math.Abs(seconds) > math.MaxInt64/float64(time.Second):
+		return errors.New("not a number of seconds that a duration holds")
+	}
+	*v.d = time.Duration(seconds * float64(time.Second))
+	return nil
+}
+
+// given returns those of fs's flags named names that the command line
+// set, in the order of names.
+func given(fs *flag.FlagSet, names ...string) []string {
+	var set []string
+	for _, name := range names {
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == name {
+				set = append(set, name)
+			}
+		})
+	}
+	return set
 }
 
 // statusConfig is a valid command line of status.
@@ -211,15 +290,14 @@ func cut(args []string, sep string) (before, after []string, found bool) {
 // redisURL returns the Redis URL to use: the -redis flag of fs (whose
 // value is value), else $REDIS_URL, else the default. A -redis that is given
 // must not be empty. It checks that the URL makes a client (which contacts
-// nothing yet).
+// nothing yet); its errors show the URL with the password redacted.
 func redisURL(fs *flag.FlagSet, value string, getenv func(string) string) (string, error) {
 	url, from := value, "-redis"
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "redis" })
+	set := len(given(fs, "redis")) > 0
 	switch {
-	case given && url == "":
-		return "", errorf("-redis: empty URL")
-	case !given:
+	case set && url == "":
+		return "", errorf("%s: -redis: empty URL", fs.Name())
+	case !set:
 		url, from = getenv("REDIS_URL"), "REDIS_URL"
 	}
 	if url == "" {
@@ -227,7 +305,11 @@ func redisURL(fs *flag.FlagSet, value string, getenv func(string) string) (strin
 	}
 	rdb, err := redisurl.NewClient(url)
 	if err != nil {
-		return "", errorf("%s: %v", from, err)
+		var bad *redisurl.Error
+		if errors.As(err, &bad) { // the URL redacted, said once
+			err = fmt.Errorf("%q: %w", bad.URL, bad.Err)
+		}
+		return "", errorf("%s: %s %v", fs.Name(), from, err)
 	}
 	_ = rdb.Close()
 	return url, nil

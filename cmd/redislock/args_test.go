@@ -1,23 +1,22 @@
 package main
 
 import (
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-	"unicode"
 	"unicode/utf8"
-
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 const runtimeGOOS = runtime.GOOS
 
 // parseRun takes flags before and after KEY, the defaults, -n as a wait
-// of 0, the Redis URL from -redis, else REDIS_URL, else the default; the
-// command keeps its own flags and "--".
+// of 0, -w and -wait in seconds (fractions allowed, as flock's -w) or as
+// a duration, -s, -permits, -q, -holder, -c's command line run by
+// /bin/sh -c, the Redis URL from -redis, else REDIS_URL, else the default;
+// the command keeps its own flags and "--".
 func TestParseRun(t *testing.T) {
 	env := func(url string) func(string) string {
 		return func(k string) string {
@@ -27,40 +26,94 @@ func TestParseRun(t *testing.T) {
 			return ""
 		}
 	}
-	c, err := parseRun([]string{"k", "--", "ls", "-l", "--", "x"}, env(""))
-	require.NoError(t, err)
-	assert.Equal(t, runConfig{
-		key: "k", argv: []string{"ls", "-l", "--", "x"}, ttl: 30 * time.Second, wait: -1, conflict: 1,
+	defaults := runConfig{
+		key: "k", argv: []string{"true"}, ttl: 30 * time.Second, wait: -1, conflict: 1,
 		grace: 10 * time.Second, fenceEnv: "REDISLOCK_FENCE", tokenEnv: "REDISLOCK_TOKEN", redisURL: "redis://127.0.0.1:6379",
-	}, c)
-
-	c, err = parseRun([]string{"-ttl", "2s", "k", "-n", "-E", "9", "-grace=1s", "-redis", "redis://h:1", "--", "true"}, env("redis://env:2"))
-	require.NoError(t, err)
-	assert.Equal(t, runConfig{
-		key: "k", argv: []string{"true"}, ttl: 2 * time.Second, wait: 0, conflict: 9,
-		grace: time.Second, fenceEnv: "REDISLOCK_FENCE", tokenEnv: "REDISLOCK_TOKEN", redisURL: "redis://h:1",
-	}, c)
-
-	c, err = parseRun([]string{"-wait", "5s", "k", "--", "true"}, env("redis+cluster://env:2"))
-	require.NoError(t, err)
-	assert.Equal(t, 5*time.Second, c.wait)
-	assert.Equal(t, "redis+cluster://env:2", c.redisURL)
+	}
+	with := func(change func(*runConfig)) runConfig {
+		c := defaults
+		change(&c)
+		return c
+	}
+	for _, tc := range []struct {
+		args []string
+		url  string // REDIS_URL
+		want runConfig
+	}{
+		{[]string{"k", "--", "ls", "-l", "--", "x"}, "", with(func(c *runConfig) { c.argv = []string{"ls", "-l", "--", "x"} })},
+		{[]string{"-ttl", "2s", "k", "-n", "-E", "9", "-grace=1s", "-redis", "redis://h:1", "--", "true"}, "redis://env:2",
+			with(func(c *runConfig) {
+				c.ttl, c.wait, c.conflict, c.grace, c.redisURL = 2*time.Second, 0, 9, time.Second, "redis://h:1"
+			})},
+		{[]string{"-wait", "5s", "k", "--", "true"}, "redis+cluster://env:2",
+			with(func(c *runConfig) { c.wait, c.redisURL = 5*time.Second, "redis+cluster://env:2" })},
+		{[]string{"-w", "2.5", "k", "--", "true"}, "", with(func(c *runConfig) { c.wait = 2500 * time.Millisecond })},
+		{[]string{"-w", "0", "k", "--", "true"}, "", with(func(c *runConfig) { c.wait = 0 })},
+		{[]string{"-w", "1m30s", "k", "--", "true"}, "", with(func(c *runConfig) { c.wait = 90 * time.Second })},
+		{[]string{"-wait", "10", "k", "--", "true"}, "", with(func(c *runConfig) { c.wait = 10 * time.Second })},
+		{[]string{"-s", "-q", "k", "--", "true"}, "", with(func(c *runConfig) { c.shared, c.quiet = true, true })},
+		{[]string{"-x", "k", "--", "true"}, "", defaults},
+		{[]string{"-permits", "3", "k", "--", "true"}, "", with(func(c *runConfig) { c.permits = 3 })},
+		{[]string{"-holder", "nightly report", "k", "--", "true"}, "", with(func(c *runConfig) { c.holder = holder{text: "nightly report", set: true} })},
+		{[]string{"-holder=", "k", "--", "true"}, "", with(func(c *runConfig) { c.holder = holder{set: true} })},
+		{[]string{"-holder-command", "k", "--", "true"}, "", with(func(c *runConfig) { c.holder.command = true })},
+		{[]string{"k", "-c", "echo a; echo b"}, "", with(func(c *runConfig) { c.argv = []string{"/bin/sh", "-c", "echo a; echo b"} })},
+		{[]string{"-c", "exit 3", "k"}, "", with(func(c *runConfig) { c.argv = []string{"/bin/sh", "-c", "exit 3"} })},
+	} {
+		c, err := parseRun(tc.args, env(tc.url))
+		if err != nil {
+			t.Errorf("%q: %v", tc.args, err)
+		} else if !reflect.DeepEqual(c, tc.want) {
+			t.Errorf("%q:\n got %+v\nwant %+v", tc.args, c, tc.want)
+		}
+	}
 }
 
-// The holder description names the command, the host and the pid, and
-// stays within the library's 200 bytes of printable UTF-8 (WithHolder's
-// rule) for long commands and commands with newlines, tabs or escapes in
-// their arguments (each such character becomes '?').
-func TestHolderDescription(t *testing.T) {
-	d := holderDescription([]string{"sh", "-c", "a\nb\tc\x1b[0m"}, "web\n3", 4711)
-	assert.Equal(t, "redislock run sh -c a?b?c?[0m on web?3 pid 4711", d)
-	assert.False(t, strings.ContainsFunc(d, func(r rune) bool { return !unicode.IsPrint(r) }), d)
-	assert.Equal(t, "redislock run ./migrate up on web-3 pid 4711", holderDescription([]string{"./migrate", "up"}, "web-3", 4711))
-	long := holderDescription([]string{"echo", strings.Repeat("é", 300)}, "web-3", 4711)
-	assert.LessOrEqual(t, len(long), maxHolder)
-	assert.True(t, utf8.ValidString(long))
-	assert.True(t, strings.HasSuffix(long, "... on web-3 pid 4711"), long)
-	assert.True(t, utf8.ValidString(holderDescription([]string{"\xff"}, "h", 1)))
+// The holder description names the program (the file name of COMMAND,
+// without its arguments, which may hold secrets), the host and the pid;
+// -holder-command names the whole command line instead, -holder stores
+// its text as it is. It stays within the library's 200 bytes of printable
+// UTF-8 (WithHolder's rule) for long commands and commands with newlines,
+// tabs or escapes in their arguments (each such character becomes '?').
+func TestDescription(t *testing.T) {
+	argv := []string{"/usr/local/bin/migrate", "up", "--password=S3cr3t"}
+	equal(t, description(runConfig{argv: argv}, "web-3", 4711), "redislock run migrate on web-3 pid 4711")
+	equal(t, description(runConfig{argv: []string{"./migrate"}}, "web\n3", 4711), "redislock run migrate on web?3 pid 4711")
+	equal(t, description(runConfig{argv: argv, holder: holder{command: true}}, "web-3", 4711),
+		"redislock run /usr/local/bin/migrate up --password=S3cr3t on web-3 pid 4711")
+	equal(t, description(runConfig{argv: argv, holder: holder{text: "nightly", set: true}}, "web-3", 4711), "nightly")
+	equal(t, description(runConfig{argv: argv, holder: holder{set: true}}, "web-3", 4711), "")
+
+	escapes := runConfig{argv: []string{"sh", "-c", "a\nb\tc\x1b[0m"}, holder: holder{command: true}}
+	d := description(escapes, "web\n3", 4711)
+	equal(t, d, "redislock run sh -c a?b?c?[0m on web?3 pid 4711")
+	check(t, printableText(d), "printable %q", d)
+	long := description(runConfig{argv: []string{"echo", strings.Repeat("é", 300)}, holder: holder{command: true}}, "web-3", 4711)
+	check(t, len(long) <= maxHolder, "%d bytes", len(long))
+	check(t, utf8.ValidString(long), "valid UTF-8: %q", long)
+	check(t, strings.HasSuffix(long, "... on web-3 pid 4711"), "cut: %q", long)
+	check(t, utf8.ValidString(description(runConfig{argv: []string{"\xff"}}, "h", 1)), "valid UTF-8")
+}
+
+// -w and -wait take a number of seconds, fractions allowed, or a duration
+// with its unit; not NaN, infinities, or more seconds than a duration
+// holds (a negative value parses; parseRun rejects it).
+func TestWaitValue(t *testing.T) {
+	for s, want := range map[string]time.Duration{
+		"0": 0, "0.5": 500 * time.Millisecond, "2": 2 * time.Second, "1e1": 10 * time.Second,
+		"250ms": 250 * time.Millisecond, "1m30s": 90 * time.Second, "-1": -time.Second,
+	} {
+		var d time.Duration
+		if err := (waitValue{&d}).Set(s); err != nil || d != want {
+			t.Errorf("Set(%q): %v, %v; want %v", s, d, err, want)
+		}
+	}
+	for _, s := range []string{"", "soon", "NaN", "Inf", "-Inf", "1e300", "10 s"} {
+		var d time.Duration
+		if err := (waitValue{&d}).Set(s); err == nil {
+			t.Errorf("Set(%q) = %v, want an error", s, d)
+		}
+	}
 }
 
 // COMMAND's environment has the key, the fence and the token under their
@@ -69,10 +122,17 @@ func TestHolderDescription(t *testing.T) {
 // so that COMMAND never takes another lock's fence or token for this one's.
 func TestCommandEnv(t *testing.T) {
 	outer := []string{"PATH=/bin", "REDISLOCK_FENCE=999", "REDISLOCK_TOKEN=outer"}
-	env := commandEnv(slices.Clone(outer), runConfig{key: "k", fenceEnv: defaultFenceEnv, tokenEnv: defaultTokenEnv}, 7, "tok")
-	assert.Equal(t, append(slices.Clone(outer), "REDISLOCK_KEY=k", "REDISLOCK_FENCE=7", "REDISLOCK_TOKEN=tok"), env)
-	env = commandEnv(slices.Clone(outer), runConfig{key: "k", fenceEnv: "", tokenEnv: ""}, 7, "tok")
-	assert.Equal(t, []string{"PATH=/bin", "REDISLOCK_KEY=k"}, env)
-	env = commandEnv(slices.Clone(outer), runConfig{key: "k", fenceEnv: "MY_FENCE", tokenEnv: ""}, 7, "tok")
-	assert.Equal(t, []string{"PATH=/bin", "REDISLOCK_FENCE=999", "REDISLOCK_KEY=k", "MY_FENCE=7"}, env)
+	for _, tc := range []struct {
+		c    runConfig
+		want []string
+	}{
+		{runConfig{key: "k", fenceEnv: defaultFenceEnv, tokenEnv: defaultTokenEnv},
+			append(slices.Clone(outer), "REDISLOCK_KEY=k", "REDISLOCK_FENCE=7", "REDISLOCK_TOKEN=tok")},
+		{runConfig{key: "k", fenceEnv: "", tokenEnv: ""}, []string{"PATH=/bin", "REDISLOCK_KEY=k"}},
+		{runConfig{key: "k", fenceEnv: "MY_FENCE", tokenEnv: ""}, []string{"PATH=/bin", "REDISLOCK_FENCE=999", "REDISLOCK_KEY=k", "MY_FENCE=7"}},
+	} {
+		if env := commandEnv(slices.Clone(outer), tc.c, 7, "tok"); !slices.Equal(env, tc.want) {
+			t.Errorf("%+v:\n got %q\nwant %q", tc.c, env, tc.want)
+		}
+	}
 }

@@ -4,6 +4,7 @@
 //
 //	Usage:
 //	  redislock run [flags] KEY -- COMMAND [ARG...]
+//	  redislock run [flags] KEY -c 'COMMAND LINE'
 //	  redislock status [-json] [-redis URL] KEY
 //	  redislock help
 //
@@ -16,19 +17,37 @@
 //	COMMAND; redislock exits when COMMAND does. If the lock is lost while
 //	COMMAND runs, COMMAND gets SIGTERM, then SIGKILL after -grace.
 //
-//	  -ttl DURATION    the lock's lease, renewed every third of it while COMMAND
-//	                   runs: how long KEY stays locked after redislock dies (30s)
-//	  -wait DURATION   wait at most this long for the lock (default: until
-//	                   interrupted)
-//	  -n               do not wait: fail at once if KEY is held (as -wait 0)
-//	  -E CODE          exit status when the lock is not obtained (1)
-//	  -grace DURATION  after the lock is lost, time from SIGTERM to SIGKILL (10s)
-//	  -fence-env NAME  environment variable for the fence (REDISLOCK_FENCE;
-//	                   "" for none: an inherited REDISLOCK_FENCE is removed)
-//	  -token-env NAME  environment variable for the token (REDISLOCK_TOKEN;
-//	                   "" for none: an inherited REDISLOCK_TOKEN is removed)
-//	  -redis URL       the Redis (default $REDIS_URL, else redis://127.0.0.1:6379;
-//	                   not empty)
+//	  -c 'COMMAND LINE'  run COMMAND LINE with /bin/sh -c (instead of -- COMMAND)
+//	  -n                 do not wait: fail at once if KEY is held (as -w 0)
+//	  -w SECONDS         wait at most this long for the lock, fractions allowed,
+//	                     or a duration: 1m30s (default: until interrupted)
+//	  -wait DURATION     the same as -w
+//	  -E CODE            exit status when the lock is not obtained (1)
+//	  -q                 quiet: say nothing when the lock is not obtained
+//	                     because KEY is held (other messages remain)
+//	  -s                 shared: hold KEY together with other -s runs, as the
+//	                     readers of a read-write lock; a run without -s holds
+//	                     it alone
+//	  -x                 exclusive: hold KEY alone (the default)
+//	  -permits N         hold one of N permits of a semaphore on KEY: at most N
+//	                     runs at once, all with -permits N
+//	  -ttl DURATION      the lock's lease, renewed every third of it while
+//	                     COMMAND runs: how long KEY stays locked after redislock
+//	                     dies (30s)
+//	  -grace DURATION    after the lock is lost, time from SIGTERM to SIGKILL
+//	                     (10s)
+//	  -holder TEXT       the holder's description, which status shows and every
+//	                     client of the Redis can read (default: "redislock run
+//	                     PROGRAM on HOST pid PID", PROGRAM being COMMAND's file
+//	                     name, without its arguments; "" for none)
+//	  -holder-command    describe the holder with COMMAND and its arguments
+//	                     instead of PROGRAM: not if they hold secrets
+//	  -fence-env NAME    environment variable for the fence (REDISLOCK_FENCE;
+//	                     "" for none: an inherited REDISLOCK_FENCE is removed)
+//	  -token-env NAME    environment variable for the token (REDISLOCK_TOKEN;
+//	                     "" for none: an inherited REDISLOCK_TOKEN is removed)
+//	  -redis URL         the Redis (default $REDIS_URL, else
+//	                     redis://127.0.0.1:6379; not empty)
 //
 //	status prints who holds KEY (mode, holders with their lease left and
 //	token), its latest fence and how many wait; -json prints it as JSON.
@@ -41,7 +60,9 @@
 //
 //	Exit status:
 //	  0-255  run: COMMAND's status, 128+N if a signal N killed it
-//	  1      the lock is held: run -n, or -wait ran out (-E sets another)
+//	  0      status: nobody holds KEY
+//	  1      the lock is held: run -n, or -w ran out (-E sets another);
+//	         status: KEY is held, or holds data of another kind
 //	  2      usage error (bad flag, duration or URL, no KEY, no -- or
 //	         COMMAND); nothing was sent to Redis
 //	  69     Redis failed (unreachable, refused a command)
@@ -55,9 +76,47 @@
 //
 // Flags may come before or after KEY; "--" ends them, and what follows is
 // COMMAND. KEY and each flag are given once: a flag given twice is a usage
-// error (status 2), not "the last one wins". Everything on the command
-// line, the Redis URL included (its ports in 1..65535), is checked before
-// Redis is contacted: a usage error sends nothing to Redis.
+// error (status 2), not "the last one wins", and so are flags that say
+// different things (-n, -w and -wait; -s, -x and -permits; -holder and
+// -holder-command; -c and "-- COMMAND"). Everything on the command line,
+// the Redis URL included, is checked before Redis is contacted: a usage
+// error sends nothing to Redis, and is one line on standard error that
+// says what is wrong and to run 'redislock help' for the usage.
+//
+// The flags of flock(1) that fit a lock in Redis mean what they mean to
+// flock: -n, -w SECONDS (fractions allowed; 0 is -n), -E CODE, -s, -x and
+// -c 'COMMAND LINE'. flock runs -c's command line with $SHELL; redislock
+// always with /bin/sh, the shell that cron and scripts write for. -wait,
+// redislock's own, is flock's long name of -w, and takes seconds as -w
+// does, or a duration with its unit.
+//
+// -q makes a lock that is not obtained because KEY is held (status 1 or
+// -E's) silent, as flock is: a cron job skipped by -n -q -E 0 writes
+// nothing, and cron mails nothing. Every other message remains: a KEY that
+// holds data of another kind than a lock (no wait ends that), usage errors,
+// a Redis that failed, a signal that ended the wait, a lost lock, a
+// release that did not complete.
+//
+// # The holder's description
+//
+// run stores a description of itself beside the lock, which status shows
+// and every client of the Redis can read: by default "redislock run
+// PROGRAM on HOST pid PID", where PROGRAM is the file name of COMMAND (sh
+// for -c), without its arguments, which may hold secrets, and PID is
+// redislock's. -holder TEXT stores TEXT instead (printable UTF-8 of at
+// most 200 bytes; "" stores none), -holder-command COMMAND with its
+// arguments (cut to 200 bytes; characters that are not printable become
+// '?').
+//
+// # Redis URLs
+//
+// Ports must be in 1..65535, the database 0 or more, and the numbers of
+// go-redis's query parameters in range (pool_size and the other pool sizes
+// in 0..10000, protocol 2 or 3, ...): go-redis takes a database of -1 as
+// 0, and panics on a negative pool_size. A password's '/', '?', '#' and
+// '%' must be escaped (%2F, %3F, %23, %25). A password is never printed:
+// every message shows the URL with "xxxxx" for it (and for a password=
+// parameter), as url.URL.Redacted does.
 //
 // # Signals and process groups
 //
@@ -89,16 +148,20 @@
 // invalid UTF-8, a space at either end, a leading '"' or '(') is printed
 // quoted, in Go syntax: descriptions come from Redis, where anyone may
 // write them, and must not forge lines. -json escapes them as JSON does
-// (invalid UTF-8 becomes U+FFFD).
+// (invalid UTF-8 becomes U+FFFD). status exits 0 when nobody holds KEY
+// (mode free), 1 when it is held (mode exclusive, shared or semaphore) or
+// holds data of another kind (mode other), as a script can test: `if
+// redislock status KEY >/dev/null; then` is "if KEY is free".
 //
 // # Exit statuses
 //
-// Status 1 (or -E's) also comes at once, whatever -wait, when KEY holds a
-// semaphore of this library (WithPermits) or data of another kind than a
-// lock (Redis's WRONGTYPE): the key is in use, and run does not wait for
-// it; the message on standard error says what holds it. The readers of a
-// read-write lock (WithShared) hold KEY as any holder does: run waits for
-// them.
+// Status 1 (or -E's) also comes at once, whatever -w, when KEY is held in
+// another mode than run asks for (a semaphore's permits, for a lock or a
+// reader; a lock's holders, for -permits), as a semaphore of another
+// number of permits, or holds data of another kind than a lock (Redis's
+// WRONGTYPE): the key is in use, and run does not wait for it; the message
+// on standard error says what holds it. Writers and readers of one key
+// (run without and with -s) wait for each other.
 //
 // A status that redislock reports for itself (1, 69, 75, 126, 127) may also
 // be COMMAND's own; the message redislock prints on standard error tells

@@ -28,7 +28,8 @@ func errorLine(err error) string {
 // Exit statuses of redislock itself (see the package doc). run otherwise
 // exits with COMMAND's status.
 const (
-	exitConflict   = 1   // the lock is held (default of -E), as flock(1)
+	exitFree       = 0   // status: nobody holds KEY
+	exitConflict   = 1   // the lock is held (run's default of -E, as flock(1); status: KEY is not free)
 	exitUsage      = 2   // bad command line; nothing was sent to Redis
 	exitRedis      = 69  // EX_UNAVAILABLE: Redis failed
 	exitCannotSay  = 74  // EX_IOERR: status could not write its output
@@ -40,6 +41,7 @@ const (
 
 const usage = `Usage:
   redislock run [flags] KEY -- COMMAND [ARG...]
+  redislock run [flags] KEY -c 'COMMAND LINE'
   redislock status [-json] [-redis URL] KEY
   redislock help
 
@@ -52,19 +54,37 @@ REDISLOCK_TOKEN. SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on to
 COMMAND; redislock exits when COMMAND does. If the lock is lost while
 COMMAND runs, COMMAND gets SIGTERM, then SIGKILL after -grace.
 
-  -ttl DURATION    the lock's lease, renewed every third of it while COMMAND
-                   runs: how long KEY stays locked after redislock dies (30s)
-  -wait DURATION   wait at most this long for the lock (default: until
-                   interrupted)
-  -n               do not wait: fail at once if KEY is held (as -wait 0)
-  -E CODE          exit status when the lock is not obtained (1)
-  -grace DURATION  after the lock is lost, time from SIGTERM to SIGKILL (10s)
-  -fence-env NAME  environment variable for the fence (REDISLOCK_FENCE;
-                   "" for none: an inherited REDISLOCK_FENCE is removed)
-  -token-env NAME  environment variable for the token (REDISLOCK_TOKEN;
-                   "" for none: an inherited REDISLOCK_TOKEN is removed)
-  -redis URL       the Redis (default $REDIS_URL, else redis://127.0.0.1:6379;
-                   not empty)
+  -c 'COMMAND LINE'  run COMMAND LINE with /bin/sh -c (instead of -- COMMAND)
+  -n                 do not wait: fail at once if KEY is held (as -w 0)
+  -w SECONDS         wait at most this long for the lock, fractions allowed,
+                     or a duration: 1m30s (default: until interrupted)
+  -wait DURATION     the same as -w
+  -E CODE            exit status when the lock is not obtained (1)
+  -q                 quiet: say nothing when the lock is not obtained
+                     because KEY is held (other messages remain)
+  -s                 shared: hold KEY together with other -s runs, as the
+                     readers of a read-write lock; a run without -s holds
+                     it alone
+  -x                 exclusive: hold KEY alone (the default)
+  -permits N         hold one of N permits of a semaphore on KEY: at most N
+                     runs at once, all with -permits N
+  -ttl DURATION      the lock's lease, renewed every third of it while
+                     COMMAND runs: how long KEY stays locked after redislock
+                     dies (30s)
+  -grace DURATION    after the lock is lost, time from SIGTERM to SIGKILL
+                     (10s)
+  -holder TEXT       the holder's description, which status shows and every
+                     client of the Redis can read (default: "redislock run
+                     PROGRAM on HOST pid PID", PROGRAM being COMMAND's file
+                     name, without its arguments; "" for none)
+  -holder-command    describe the holder with COMMAND and its arguments
+                     instead of PROGRAM: not if they hold secrets
+  -fence-env NAME    environment variable for the fence (REDISLOCK_FENCE;
+                     "" for none: an inherited REDISLOCK_FENCE is removed)
+  -token-env NAME    environment variable for the token (REDISLOCK_TOKEN;
+                     "" for none: an inherited REDISLOCK_TOKEN is removed)
+  -redis URL         the Redis (default $REDIS_URL, else
+                     redis://127.0.0.1:6379; not empty)
 
 status prints who holds KEY (mode, holders with their lease left and
 token), its latest fence and how many wait; -json prints it as JSON.
@@ -77,7 +97,9 @@ Redis URLs:
 
 Exit status:
   0-255  run: COMMAND's status, 128+N if a signal N killed it
-  1      the lock is held: run -n, or -wait ran out (-E sets another)
+  0      status: nobody holds KEY
+  1      the lock is held: run -n, or -w ran out (-E sets another);
+         status: KEY is held, or holds data of another kind
   2      usage error (bad flag, duration or URL, no KEY, no -- or
          COMMAND); nothing was sent to Redis
   69     Redis failed (unreachable, refused a command)
@@ -115,7 +137,7 @@ func cli(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 }
 
 // parseFailed reports err, an error of parseRun or parseStatus: usage on
-// stdout for -h, else the error and usage on stderr.
+// stdout for -h, else the error on stderr (see usageError).
 func parseFailed(err error, stdout, stderr io.Writer) int {
 	if err == errHelp {
 		fmt.Fprint(stdout, usage)
@@ -124,7 +146,9 @@ func parseFailed(err error, stdout, stderr io.Writer) int {
 	return usageError(stderr, err)
 }
 
+// usageError reports a bad command line, err, on one line of stderr that
+// says where the usage is, and returns the usage status.
 func usageError(stderr io.Writer, err error) int {
-	fmt.Fprintf(stderr, "%s\n%s", errorLine(err), usage)
+	fmt.Fprint(stderr, errorLine(fmt.Errorf("%w; run 'redislock help' for usage", err)))
 	return exitUsage
 }

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,7 +20,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 // The tests run the built binary as real processes against a real
@@ -68,12 +69,31 @@ func testMain(m *testing.M) int {
 	code := m.Run()
 	stop()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
+		if leaked := leakedGoroutines(); leaked != "" {
+			fmt.Fprintf(os.Stderr, "goroutines left after the tests:\n\n%s\n", leaked)
 			code = 1
 		}
 	}
 	return code
+}
+
+// leakedGoroutines returns the stacks of the goroutines other than its
+// caller's and the runtime's signal handling that are still there after
+// up to 5 s, or "".
+func leakedGoroutines() string {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		buf := make([]byte, 1<<20)
+		stacks := strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n")
+		var others []string
+		for _, g := range stacks[1:] { // the first is the caller's
+			if !strings.Contains(g, "os/signal.signal_recv") && !strings.Contains(g, "runtime.ensureSigM") {
+				others = append(others, g)
+			}
+		}
+		if len(others) == 0 || time.Now().After(deadline) {
+			return strings.Join(others, "\n\n")
+		}
+	}
 }
 
 // startRedis starts redis-server ($REDIS_SERVER_BIN if set, as for
@@ -278,6 +298,14 @@ func lines(t *testing.T, name string) []string {
 		ls = append(ls, s.Text())
 	}
 	return ls
+}
+
+// hasLine fails t, going on, when file name has no line that is line.
+func hasLine(t *testing.T, name, line string, what ...any) {
+	t.Helper()
+	if ls := lines(t, name); !slices.Contains(ls, line) {
+		t.Errorf("%sno line %q in %q", label(what), line, ls)
+	}
 }
 
 // waitFor polls cond every 10 ms for up to limit, and fails t with what if

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -77,7 +78,7 @@ func run(cfg runConfig, stderr io.Writer) int {
 	defer r.term.close()
 	r.locker = redislock.New(rdb,
 		redislock.WithFencing(),
-		redislock.WithHolder(holderDescription(cfg.argv, hostname(), os.Getpid())),
+		redislock.WithHolder(description(cfg, hostname(), os.Getpid())),
 		redislock.WithHooks(redislock.Hooks{Lost: func(_ context.Context, e redislock.LostEvent) {
 			why := strings.TrimPrefix(strings.TrimPrefix(e.Err.Error(), "redislock: "), "lock lost: ")
 			select {
@@ -152,16 +153,8 @@ func (r *runner) obtain() (*redislock.Lock, int) {
 		return nil, exitSignalBase + signalNumber(i.sig)
 	}
 	switch {
-	case errors.Is(err, redislock.ErrNotObtained):
-		fmt.Fprintf(r.stderr, "redislock: lock on %q not obtained: %s\n", c.key, r.heldBy())
-		return nil, c.conflict
-	case redis.HasErrorPrefix(err, "WRONGTYPE"):
-		// The key holds a semaphore (a sorted set, WithPermits) or data of
-		// another kind: it is in use, by something that is not an
-		// exclusive lock. Obtain cannot wait for it to end (the library
-		// fails at once), so neither does run: the key is held, now.
-		fmt.Fprintf(r.stderr, "redislock: lock on %q not obtained: %s\n", c.key, r.otherKind(err))
-		return nil, c.conflict
+	case isConflict(err, c):
+		return nil, r.notObtained(err)
 	case err != nil:
 		fmt.Fprint(r.stderr, errorLine(err))
 		return nil, exitRedis
@@ -176,46 +169,84 @@ func (r *runner) tryObtain(ctx context.Context) (*redislock.Lock, error) {
 	err := r.rdb.Ping(pctx).Err()
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("redis %s: %w", r.cfg.redisURL, err)
-	}
-	if r.cfg.wait == 0 {
-		return r.locker.TryObtain(ctx, r.cfg.key, r.cfg.ttl)
+		return nil, fmt.Errorf("redis %s: %w", redisurl.Redact(r.cfg.redisURL), err)
 	}
 	var opts []redislock.Option
+	switch {
+	case r.cfg.shared:
+		opts = append(opts, redislock.WithShared())
+	case r.cfg.permits > 0:
+		opts = append(opts, redislock.WithPermits(r.cfg.permits))
+	}
+	if r.cfg.wait == 0 {
+		return r.locker.TryObtain(ctx, r.cfg.key, r.cfg.ttl, opts...)
+	}
 	if r.cfg.wait > 0 {
 		opts = append(opts, redislock.WithWait(r.cfg.wait))
 	}
 	return r.locker.Obtain(ctx, r.cfg.key, r.cfg.ttl, opts...)
 }
 
-// heldBy describes who holds the key, as far as a quick look tells.
-func (r *runner) heldBy() string {
-	info, err := r.inspect()
-	switch {
-	case err != nil:
-		return "it is held"
-	case len(info.Holders) == 0:
-		return fmt.Sprintf("others wait for it (%d in line)", info.Waiting)
-	}
-	return holders(info)
+// isConflict reports whether err, of the acquisition, says that the lock
+// was not obtained because the key is held: by other holders
+// (ErrNotObtained), in another mode than c asks for (Redis's WRONGTYPE: a
+// semaphore's permits for a lock, a lock's holders for permits), or as a
+// semaphore of another number of permits (an error reply wrapped in
+// ErrInvalidOption; parseRun checked the options themselves). The
+// library fails at once on the last two: run does not wait for them.
+func isConflict(err error, c runConfig) bool {
+	var reply redis.Error
+	return errors.Is(err, redislock.ErrNotObtained) || redis.HasErrorPrefix(err, "WRONGTYPE") ||
+		(c.permits > 0 && errors.Is(err, redislock.ErrInvalidOption) && errors.As(err, &reply))
 }
 
-// otherKind describes what holds the key when Obtain got WRONGTYPE (err):
-// a semaphore, or data of another kind than a lock.
-func (r *runner) otherKind(err error) string {
+// notObtained reports on stderr that the lock was not obtained (err, see
+// isConflict), saying what holds the key as far as a quick look tells, and
+// returns the conflict status (-E). With -q it says nothing, unless the
+// key holds data of another kind than a lock: no wait ends that, and run
+// would be skipped silently for ever.
+func (r *runner) notObtained(err error) int {
 	info, ierr := r.inspect()
-	if ierr != nil || info.Mode != redislock.ModeSemaphore {
-		return "the key (or a key redislock keeps beside it) holds another kind of data than an exclusive lock: " +
-			strings.TrimPrefix(err.Error(), "redislock: ")
+	if !r.cfg.quiet || (ierr == nil && info.Mode == redislock.ModeOther) {
+		fmt.Fprintf(r.stderr, "redislock: lock on %q not obtained: %s\n", r.cfg.key, heldBy(r.cfg, err, info, ierr))
 	}
-	s := "the key holds a semaphore, not an exclusive lock"
+	return r.cfg.conflict
+}
+
+// heldBy says what holds the key, as info (or ierr, the error of Inspect)
+// tells, when c's acquisition failed with err (see isConflict).
+func heldBy(c runConfig, err error, info redislock.Info, ierr error) string {
+	if ierr == nil && info.Mode == redislock.ModeOther {
+		return "the key holds data of another kind than a lock"
+	}
+	if errors.Is(err, redislock.ErrNotObtained) { // a wait that ran out, or -n
+		switch {
+		case ierr != nil:
+			return "it is held"
+		case len(info.Holders) == 0:
+			return fmt.Sprintf("others wait for it (%d in line)", info.Waiting)
+		}
+		return holders(info)
+	}
+	semaphore := "a semaphore"
 	if info.Permits > 0 {
-		s = fmt.Sprintf("the key holds a semaphore of %d permits, not an exclusive lock", info.Permits)
+		semaphore = fmt.Sprintf("a semaphore of %d permits", info.Permits)
+	}
+	var s string
+	switch {
+	case ierr != nil || info.Mode == "":
+		s = "the key is held in another mode (" + strings.TrimPrefix(err.Error(), "redislock: ") + ")"
+	case info.Mode == redislock.ModeSemaphore && c.permits == 0:
+		s = "the key holds " + semaphore + ", not a lock"
+	case info.Mode == redislock.ModeSemaphore:
+		s = fmt.Sprintf("the key holds %s, not %d", semaphore, c.permits)
+	default:
+		s = "the key holds a lock, not a semaphore"
 	}
 	if len(info.Holders) > 0 {
 		s += ", " + holders(info)
 	}
-	return s + "; run does not wait for a semaphore"
+	return s + "; run does not wait for it"
 }
 
 // inspect is a quick look at the key, bounded by inspectTimeout, once the
@@ -423,16 +454,40 @@ func startFailed(err error) int {
 // maxHolder is the longest holder description the library takes, in bytes.
 const maxHolder = 200
 
-// holderDescription describes this run for Locker.Inspect: "redislock run
-// COMMAND ARGS on HOST pid PID", the command cut to fit maxHolder bytes.
-func holderDescription(argv []string, host string, pid int) string {
+// description is the holder description run stores with its lock, for
+// Locker.Inspect (status): -holder's text as it is; else "redislock run
+// PROGRAM on HOST pid PID", where PROGRAM is the file name of COMMAND,
+// without its arguments (they may hold secrets, and whatever is stored
+// every client of the Redis can read), or with -holder-command COMMAND and
+// its arguments, cut to fit maxHolder bytes.
+func description(c runConfig, host string, pid int) string {
+	switch {
+	case c.holder.set:
+		return c.holder.text
+	case c.holder.command:
+		return holderDescription(strings.Join(c.argv, " "), host, pid)
+	}
+	return holderDescription(filepath.Base(c.argv[0]), host, pid)
+}
+
+// holderDescription is "redislock run COMMAND on HOST pid PID", its text
+// made printable (see printable) and the command cut to fit maxHolder
+// bytes.
+func holderDescription(command, host string, pid int) string {
 	tail := fmt.Sprintf(" on %s pid %d", printable(host), pid)
 	const head = "redislock run "
-	cmd := printable(strings.Join(argv, " "))
-	if room := maxHolder - len(head) - len(tail); len(cmd) > room {
-		cmd = truncate(cmd, max(room-3, 0)) + "..."
+	command = printable(command)
+	if room := maxHolder - len(head) - len(tail); len(command) > room {
+		command = truncate(command, max(room-3, 0)) + "..."
 	}
-	return truncate(head+cmd+tail, maxHolder)
+	return truncate(head+command+tail, maxHolder)
+}
+
+// printableText reports whether s is a holder description that the
+// library takes (WithHolder): valid UTF-8 of printable runes, at most
+// maxHolder bytes.
+func printableText(s string) bool {
+	return len(s) <= maxHolder && utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) })
 }
 
 // printable replaces what is not printable text in s (invalid UTF-8,

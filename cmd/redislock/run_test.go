@@ -4,16 +4,17 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seed5e0b76d9/redislock"
 	"github.com/seed5e0b76d9/redislock/internal/redistest"
@@ -45,7 +46,7 @@ func pidOf(t *testing.T, file, prefix string) int {
 	for _, l := range lines(t, file) {
 		if s, ok := strings.CutPrefix(l, prefix); ok {
 			pid, err := strconv.Atoi(strings.TrimSpace(s))
-			require.NoError(t, err)
+			must(t, err)
 			return pid
 		}
 	}
@@ -68,18 +69,20 @@ func TestRun_SerializesRunsOnOneKey(t *testing.T) {
 		ps = append(ps, start(t, runArgs(testKey(t), []string{"-ttl", "1s"}, cmd)...))
 	}
 	for _, p := range ps {
-		require.Equal(t, 0, p.wait(20*time.Second), p.errors())
+		equal(t, p.wait(20*time.Second), 0, "%s", p.errors())
 	}
 	ls := lines(t, marks)
-	require.Len(t, ls, 6, "marks: %q", ls)
+	if len(ls) != 6 {
+		t.Fatalf("marks: %q", ls)
+	}
 	last := 0
 	for i := 0; i < len(ls); i += 2 {
 		fence, ok := strings.CutPrefix(ls[i], "start ")
-		require.True(t, ok, "marks: %q", ls)
-		require.Equal(t, "end "+fence, ls[i+1], "an interval overlaps another: %q", ls)
+		check(t, ok, "marks: %q", ls)
+		equal(t, ls[i+1], "end "+fence, "an interval overlaps another: %q", ls)
 		f, err := strconv.Atoi(fence)
-		require.NoError(t, err)
-		assert.Greater(t, f, last, "fences: %q", ls)
+		must(t, err)
+		check(t, f > last, "fences: %q", ls)
 		last = f
 	}
 }
@@ -95,30 +98,34 @@ func TestRun_CommandSeesKeyFenceAndToken(t *testing.T) {
 	cmd := script(marks, `echo "$REDISLOCK_KEY|$REDISLOCK_FENCE|$REDISLOCK_TOKEN" >> "$1"`)
 	for range 3 {
 		code, _, stderr := runCLI(t, runArgs(key, nil, cmd)...)
-		require.Equal(t, 0, code, stderr)
+		equal(t, code, 0, "%s", stderr)
 	}
 	ls := lines(t, marks)
-	require.Len(t, ls, 3)
+	if len(ls) != 3 {
+		t.Fatalf("marks: %q", ls)
+	}
 	last := 0
 	tokens := map[string]bool{}
 	for _, l := range ls {
 		f := strings.Split(l, "|")
-		require.Len(t, f, 3, l)
-		assert.Equal(t, key, f[0])
+		if len(f) != 3 {
+			t.Fatalf("marks: %q", l)
+		}
+		equal(t, f[0], key)
 		fence, err := strconv.Atoi(f[1])
-		require.NoError(t, err, l)
-		assert.Greater(t, fence, last, "fences: %q", ls)
+		must(t, err, "%s", l)
+		check(t, fence > last, "fences: %q", ls)
 		last = fence
-		assert.GreaterOrEqual(t, len(f[2]), 22, "token: %q", l) // 128 random bits at least
+		check(t, len(f[2]) >= 22, "token: %q", l) // 128 random bits at least
 		tokens[f[2]] = true
 	}
-	assert.Len(t, tokens, 3, "tokens: %q", ls)
+	equal(t, len(tokens), 3, "tokens: %q", ls)
 
 	renamed := marksFile(t)
 	cmd = script(renamed, `echo "${MY_FENCE-unset}|${REDISLOCK_FENCE-unset}|${REDISLOCK_TOKEN-unset}" >> "$1"`)
 	code, _, stderr := runCLI(t, runArgs(key, []string{"-fence-env", "MY_FENCE", "-token-env", ""}, cmd)...)
-	require.Equal(t, 0, code, stderr)
-	assert.Equal(t, []string{strconv.Itoa(last+1) + "|unset|unset"}, lines(t, renamed))
+	equal(t, code, 0, "%s", stderr)
+	equal(t, strings.Join(lines(t, renamed), "\n"), strconv.Itoa(last+1)+"|unset|unset")
 }
 
 // holdKey holds key with a lock of the test process (holder "test
@@ -127,14 +134,16 @@ func holdKey(t *testing.T, key string) *redislock.Lock {
 	t.Helper()
 	locker := redislock.New(client(t), redislock.WithHolder("test holder"))
 	lk, err := locker.Obtain(context.Background(), key, 30*time.Second)
-	require.NoError(t, err)
+	must(t, err)
 	t.Cleanup(func() { _ = lk.Release(context.Background()) })
 	return lk
 }
 
 // On a held key, run -n exits at once with flock's conflict status, 1, and
-// says who holds the key; -E sets another status; -wait gives up after its
-// duration with the same status. COMMAND never runs.
+// says who holds the key; -E sets another status; -w and -wait give up
+// after their time with the same status: seconds, fractions allowed, as
+// flock's -w (0 as -n), or a duration. A reader (-s) waits for the
+// exclusive holder as a writer does. COMMAND never runs.
 func TestRun_HeldKeyExitsWithConflictStatus(t *testing.T) {
 	t.Parallel()
 	key := testKey(t)
@@ -151,49 +160,55 @@ func TestRun_HeldKeyExitsWithConflictStatus(t *testing.T) {
 		{[]string{"-wait", "0"}, 1, 0, 2 * time.Second},
 		{[]string{"-wait", "400ms"}, 1, 400 * time.Millisecond, 3 * time.Second},
 		{[]string{"-wait", "400ms", "-E", "0"}, 0, 400 * time.Millisecond, 3 * time.Second},
+		{[]string{"-w", "0"}, 1, 0, 2 * time.Second},
+		{[]string{"-w", "0.4"}, 1, 400 * time.Millisecond, 3 * time.Second},
+		{[]string{"-wait", "0.4"}, 1, 400 * time.Millisecond, 3 * time.Second},
+		{[]string{"-s", "-n"}, 1, 0, 2 * time.Second},
+		{[]string{"-s", "-w", "0.4", "-E", "7"}, 7, 400 * time.Millisecond, 3 * time.Second},
 	} {
 		p := start(t, runArgs(key, tc.flags, cmd)...)
 		code := p.wait(10 * time.Second)
 		took := p.ended.Sub(p.started)
-		assert.Equal(t, tc.want, code, "%q: %s", tc.flags, p.errors())
-		assert.GreaterOrEqual(t, took, tc.min, "%q", tc.flags)
-		assert.Less(t, took, tc.max, "%q", tc.flags)
-		assert.Contains(t, p.errors(), "held by test holder", "%q", tc.flags)
+		equal(t, code, tc.want, "%q: %s", tc.flags, p.errors())
+		check(t, took >= tc.min && took < tc.max, "%q: took %v", tc.flags, took)
+		contains(t, p.errors(), "held by test holder", "%q", tc.flags)
 	}
-	assert.Empty(t, lines(t, marks), "COMMAND ran")
+	equal(t, len(lines(t, marks)), 0, "COMMAND ran")
 }
 
 // When the key is deleted under a running command (the lock is lost),
 // COMMAND's process group gets SIGTERM within the 1 s lease, and redislock
-// exits with status 75 whatever COMMAND's status (here 0); the command's
-// background child is gone too.
+// exits with status 75 whatever COMMAND's status (here 0), saying so on
+// stderr, -q or not; the command's background child is gone too.
 func TestRun_LostLockTerminatesCommand(t *testing.T) {
 	t.Parallel()
 	c := client(t)
 	key := testKey(t)
 	marks := marksFile(t)
-	p := start(t, runArgs(key, []string{"-ttl", "1s"},
+	p := start(t, runArgs(key, []string{"-ttl", "1s", "-q"},
 		script(marks, `trap 'echo "TERM $(date +%s.%N)" >> "$1"; exit 0' TERM; echo "started $$" >> "$1"; sleep 30 & wait`))...)
 	waitLine(t, marks, "started", 5*time.Second)
 	pgid := pidOf(t, marks, "started ")
 	killGroupAtEnd(t, pgid)
 
-	require.NoError(t, c.Del(context.Background(), key).Err())
+	must(t, c.Del(context.Background(), key).Err())
 	deleted := time.Now()
 	code := p.wait(5 * time.Second)
-	assert.Equal(t, exitLost, code, p.errors())
-	assert.Contains(t, p.errors(), "lost")
+	equal(t, code, exitLost, "%s", p.errors())
+	contains(t, p.errors(), fmt.Sprintf("redislock: lock on %q lost", key))
 	var term float64
 	for _, l := range lines(t, marks) {
 		if s, ok := strings.CutPrefix(l, "TERM "); ok {
 			term, _ = strconv.ParseFloat(s, 64)
 		}
 	}
-	require.NotZero(t, term, "COMMAND got no SIGTERM: %q", lines(t, marks))
+	if term == 0 {
+		t.Fatalf("COMMAND got no SIGTERM: %q", lines(t, marks))
+	}
 	after := time.Duration((term - float64(deleted.UnixNano())/1e9) * 1e9)
-	assert.Less(t, after, time.Second, "SIGTERM %v after the key was deleted", after)
-	assert.Less(t, p.ended.Sub(deleted), 2*time.Second, "redislock exited %v after the key was deleted", p.ended.Sub(deleted))
-	assert.Equal(t, syscall.ESRCH, syscall.Kill(-pgid, 0), "COMMAND's process group outlived redislock")
+	check(t, after < time.Second, "SIGTERM %v after the key was deleted", after)
+	check(t, p.ended.Sub(deleted) < 2*time.Second, "redislock exited %v after the key was deleted", p.ended.Sub(deleted))
+	check(t, syscall.Kill(-pgid, 0) == syscall.ESRCH, "COMMAND's process group outlived redislock")
 }
 
 // A command that ignores SIGTERM gets SIGKILL -grace after the lock was
@@ -208,13 +223,13 @@ func TestRun_LostLockKillsCommandAfterGrace(t *testing.T) {
 	waitLine(t, marks, "started", 5*time.Second)
 	killGroupAtEnd(t, pidOf(t, marks, "started "))
 
-	require.NoError(t, c.Del(context.Background(), key).Err())
+	must(t, c.Del(context.Background(), key).Err())
 	deleted := time.Now()
 	code := p.wait(5 * time.Second)
-	assert.Equal(t, exitLost, code, p.errors())
+	equal(t, code, exitLost, "%s", p.errors())
 	took := p.ended.Sub(deleted)
-	assert.Greater(t, took, 300*time.Millisecond, "SIGKILL came before -grace")
-	assert.Less(t, took, 1500*time.Millisecond)
+	check(t, took > 300*time.Millisecond, "SIGKILL came %v after the loss, before -grace", took)
+	check(t, took < 1500*time.Millisecond, "SIGKILL came %v after the loss", took)
 }
 
 // When redislock itself is killed with SIGKILL, nothing releases the lock:
@@ -231,21 +246,23 @@ func TestRun_KilledRedislockFreesLockAfterTTL(t *testing.T) {
 	waitLine(t, marks, "started", 5*time.Second)
 	killGroupAtEnd(t, pidOf(t, marks, "started "))
 
-	require.NoError(t, a.cmd.Process.Kill())
+	must(t, a.cmd.Process.Kill())
 	a.wait(5 * time.Second)
 	killed := time.Now()
 	left, err := c.PTTL(context.Background(), key).Result()
-	require.NoError(t, err)
-	require.Greater(t, left, time.Duration(0), "the key is gone at once")
+	must(t, err)
+	if left <= 0 {
+		t.Fatalf("the key is gone at once (PTTL %v)", left)
+	}
 
 	b := start(t, runArgs(key, []string{"-ttl", "1s"}, script(marks, `echo B >> "$1"`))...)
 	obtained := waitLine(t, marks, "B", 5*time.Second)
-	require.Equal(t, 0, b.wait(5*time.Second), b.errors())
+	equal(t, b.wait(5*time.Second), 0, "%s", b.errors())
 	after := obtained.Sub(killed)
-	assert.GreaterOrEqual(t, after, left-20*time.Millisecond, "obtained %v after the kill, with %v of the lease left", after, left)
-	assert.Less(t, after, time.Second+700*time.Millisecond, "obtained %v after the kill", after)
+	check(t, after >= left-20*time.Millisecond, "obtained %v after the kill, with %v of the lease left", after, left)
+	check(t, after < time.Second+700*time.Millisecond, "obtained %v after the kill", after)
 	if isLinux {
-		assert.Contains(t, lines(t, marks), "TERM", "the orphaned command got no SIGTERM")
+		hasLine(t, marks, "TERM", "the orphaned command got no SIGTERM")
 	}
 }
 
@@ -257,7 +274,7 @@ func TestRun_PassesCommandExitStatus(t *testing.T) {
 	c := client(t)
 	key := testKey(t)
 	notExec := filepath.Join(t.TempDir(), "not-executable")
-	require.NoError(t, os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644))
+	must(t, os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644))
 	for _, tc := range []struct {
 		cmd  []string
 		want int
@@ -271,8 +288,8 @@ func TestRun_PassesCommandExitStatus(t *testing.T) {
 		{[]string{notExec}, 126},
 	} {
 		code, _, stderr := runCLI(t, runArgs(key, nil, tc.cmd)...)
-		assert.Equal(t, tc.want, code, "%q: %s", tc.cmd, stderr)
-		assert.False(t, exists(t, c, key), "%q: the key is still held", tc.cmd)
+		equal(t, code, tc.want, "%q: %s", tc.cmd, stderr)
+		check(t, !exists(t, c, key), "%q: the key is still held", tc.cmd)
 	}
 }
 
@@ -307,15 +324,15 @@ func TestRun_ForwardsSignals(t *testing.T) {
 			p := start(t, runArgs(key, nil, cmd)...)
 			waitLine(t, marks, "started", 5*time.Second)
 			killGroupAtEnd(t, pidOf(t, marks, "started "))
-			require.NoError(t, p.cmd.Process.Signal(tc.sig))
+			must(t, p.cmd.Process.Signal(tc.sig))
 			code := p.wait(5 * time.Second)
 			if tc.trapped {
-				assert.Equal(t, 7, code, p.errors())
-				assert.Contains(t, lines(t, marks), "GOT "+strings.TrimPrefix(signalName(tc.sig), "SIG"))
+				equal(t, code, 7, "%s", p.errors())
+				hasLine(t, marks, "GOT "+strings.TrimPrefix(signalName(tc.sig), "SIG"))
 			} else {
-				assert.Equal(t, 128+int(tc.sig), code, p.errors())
+				equal(t, code, 128+int(tc.sig), "%s", p.errors())
 			}
-			assert.False(t, exists(t, c, key), "the lock was not released")
+			check(t, !exists(t, c, key), "the lock was not released")
 		})
 	}
 }
@@ -338,30 +355,31 @@ func signalName(s syscall.Signal) string {
 // A signal while run waits for the lock ends the wait: redislock exits
 // with 128+N, COMMAND never runs, and nothing of the wait is left in Redis
 // (redislock waits for the Locker's clean-up, Shutdown, before it exits):
-// a release right after hands the key to nobody.
+// a release right after hands the key to nobody. redislock says so on
+// stderr, -q or not.
 func TestRun_SignalWhileWaitingExits(t *testing.T) {
 	t.Parallel()
 	c := client(t)
 	key := testKey(t)
 	held := holdKey(t, key)
 	marks := marksFile(t)
-	p := start(t, runArgs(key, []string{"-ttl", "1s"}, script(marks, `echo ran >> "$1"`))...)
+	p := start(t, runArgs(key, []string{"-ttl", "1s", "-q"}, script(marks, `echo ran >> "$1"`))...)
 	locker := redislock.New(c)
 	waitFor(t, 5*time.Second, "run waits in line", func() bool {
 		info, err := locker.Inspect(context.Background(), key)
-		require.NoError(t, err)
+		must(t, err)
 		return info.Waiting > 0
 	})
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
-	assert.Equal(t, 128+int(syscall.SIGINT), p.wait(5*time.Second), p.errors())
-	assert.Contains(t, p.errors(), "interrupt (signal 2) while waiting for the lock")
+	must(t, p.cmd.Process.Signal(syscall.SIGINT))
+	equal(t, p.wait(5*time.Second), 128+int(syscall.SIGINT), "%s", p.errors())
+	contains(t, p.errors(), "interrupt (signal 2) while waiting for the lock")
 
 	info, err := locker.Inspect(context.Background(), key)
-	require.NoError(t, err)
-	assert.Zero(t, info.Waiting, "the place in line is gone when run exits")
-	require.NoError(t, held.Release(context.Background()))
-	assert.False(t, exists(t, c, key), "the key was handed to nobody")
-	assert.Empty(t, lines(t, marks), "COMMAND ran")
+	must(t, err)
+	equal(t, info.Waiting, 0, "places in line left when run exited")
+	must(t, held.Release(context.Background()))
+	check(t, !exists(t, c, key), "the key was handed to nobody")
+	equal(t, len(lines(t, marks)), 0, "COMMAND ran")
 }
 
 // A Redis that cannot be reached makes run exit with status 69 at once
@@ -370,61 +388,74 @@ func TestRun_RedisDownExits69(t *testing.T) {
 	t.Parallel()
 	marks := marksFile(t)
 	code, _, stderr := runCLI(t, "run", "-redis", "redis://127.0.0.1:1", "k", "--", "sh", "-c", `echo ran >> "$0"`, marks)
-	assert.Equal(t, exitRedis, code, stderr)
-	assert.Contains(t, stderr, "127.0.0.1:1")
-	assert.Empty(t, lines(t, marks))
+	equal(t, code, exitRedis, "%s", stderr)
+	contains(t, stderr, "127.0.0.1:1")
+	equal(t, len(lines(t, marks)), 0, "COMMAND ran")
 }
 
-// A key held as a semaphore (WithPermits) or by the readers of a
-// read-write lock (WithShared) is held: run exits with the conflict status
-// (1, or -E's) and says on stderr what holds the key, whether it would
-// wait (-wait, or by default) or not (-n); COMMAND never runs. On a
-// semaphore the library's exclusive Obtain gets Redis's WRONGTYPE, which
-// is not a Redis failure (69): the key holds another kind of lock, and
-// redislock cannot wait in a semaphore's line, so it gives up at once.
-// status shows such keys: their mode, holders and permits.
+// A key held in another mode than run asks for, or that holds data of
+// another kind than a lock, is held: run exits with the conflict status
+// (1, or -E's) and says on stderr what holds the key; COMMAND never runs.
+// Where the library fails at once (Redis's WRONGTYPE: permits for a
+// lock's key, a lock or a reader for a semaphore's; a semaphore of another
+// number of permits), which is not a Redis failure (69), run does not
+// wait, whatever -w, and says so. The readers of a read-write lock hold it
+// for a writer as any holder does. status shows such keys: their mode,
+// holders and permits, and exits 1.
 func TestRun_KeyOfAnotherKindIsAConflict(t *testing.T) {
 	t.Parallel()
 	c := client(t)
 	marks := marksFile(t)
 	cmd := script(marks, `echo ran >> "$1"`)
-	semaphore, shared := testKey(t)+":semaphore", testKey(t)+":shared"
+	semaphore, shared, exclusive, list := testKey(t)+":semaphore", testKey(t)+":shared", testKey(t)+":exclusive", testKey(t)+":list"
 	locker := redislock.New(c, redislock.WithHolder("test holder"))
-	for key, opt := range map[string]redislock.Option{semaphore: redislock.WithPermits(3), shared: redislock.WithShared()} {
-		lk, err := locker.Obtain(context.Background(), key, 30*time.Second, opt)
-		require.NoError(t, err)
+	for key, opts := range map[string][]redislock.Option{semaphore: {redislock.WithPermits(3)}, shared: {redislock.WithShared()}, exclusive: nil} {
+		lk, err := locker.Obtain(context.Background(), key, 30*time.Second, opts...)
+		must(t, err)
 		t.Cleanup(func() { _ = lk.Release(context.Background()) })
 	}
+	must(t, c.RPush(context.Background(), list, "a").Err())
+	t.Cleanup(func() { c.Del(context.Background(), list) })
+	const atOnce = "; run does not wait for it\n"
 	for _, tc := range []struct {
 		key   string
 		flags []string
 		want  int
 		says  string
 	}{
-		{semaphore, []string{"-n"}, 1, "semaphore of 3 permits"},
-		{semaphore, []string{"-n", "-E", "42"}, 42, "semaphore of 3 permits"},
-		{semaphore, []string{"-wait", "5s"}, 1, "semaphore of 3 permits"},
-		{semaphore, nil, 1, "semaphore of 3 permits"},
-		{shared, []string{"-n"}, 1, "held by test holder"},
+		{semaphore, []string{"-n"}, 1, "the key holds a semaphore of 3 permits, not a lock, held by test holder (lease "},
+		{semaphore, []string{"-n", "-E", "42"}, 42, "semaphore of 3 permits, not a lock" + ", held by test holder"},
+		{semaphore, []string{"-w", "5"}, 1, "semaphore of 3 permits, not a lock"},
+		{semaphore, nil, 1, atOnce},
+		{semaphore, []string{"-s"}, 1, "semaphore of 3 permits, not a lock"},
+		{semaphore, []string{"-permits", "5", "-w", "5"}, 1, "the key holds a semaphore of 3 permits, not 5, held by test holder"},
+		{shared, []string{"-n"}, 1, "held by test holder (lease "},
+		{shared, []string{"-n"}, 1, ", readers of a read-write lock\n"},
 		{shared, []string{"-wait", "200ms", "-E", "42"}, 42, "held by test holder"},
+		{shared, []string{"-permits", "2", "-w", "5"}, 1, "the key holds a lock, not a semaphore, held by test holder"},
+		{exclusive, []string{"-permits", "2"}, 1, "the key holds a lock, not a semaphore, held by test holder (lease "},
+		{list, []string{"-n"}, 1, "the key holds data of another kind than a lock\n"},
+		{list, nil, 1, "data of another kind"},
+		{list, []string{"-s", "-n"}, 1, "data of another kind"},
+		{list, []string{"-permits", "2"}, 1, "data of another kind"},
 	} {
 		p := start(t, runArgs(tc.key, tc.flags, cmd)...)
 		code := p.wait(10 * time.Second)
-		assert.Equal(t, tc.want, code, "%s %q: %s", tc.key, tc.flags, p.errors())
-		assert.Less(t, p.ended.Sub(p.started), 3*time.Second, "%s %q", tc.key, tc.flags)
-		assert.Contains(t, p.errors(), tc.says, "%s %q", tc.key, tc.flags)
-		assert.NotContains(t, p.errors(), "WRONGTYPE", "%s %q", tc.key, tc.flags)
+		equal(t, code, tc.want, "%s %q: %s", tc.key, tc.flags, p.errors())
+		check(t, p.ended.Sub(p.started) < 3*time.Second, "%s %q: took %v", tc.key, tc.flags, p.ended.Sub(p.started))
+		contains(t, p.errors(), tc.says, "%s %q", tc.key, tc.flags)
+		lacks(t, p.errors(), "WRONGTYPE", "%s %q", tc.key, tc.flags)
 	}
-	assert.Empty(t, lines(t, marks), "COMMAND ran")
+	equal(t, len(lines(t, marks)), 0, "COMMAND ran")
 
 	for key, want := range map[string][]string{
 		semaphore: {"mode:     semaphore\n", "permits:  3\n", "holder:   test holder\n"},
 		shared:    {"mode:     shared\n", "holder:   test holder\n"},
 	} {
 		code, out, stderr := runCLI(t, "status", key)
-		require.Equal(t, 0, code, stderr)
+		equal(t, code, exitConflict, "%s", stderr)
 		for _, w := range want {
-			assert.Contains(t, out, w, key)
+			contains(t, out, w, "%s", key)
 		}
 	}
 }
@@ -433,28 +464,27 @@ func TestRun_KeyOfAnotherKindIsAConflict(t *testing.T) {
 // everything redislock then does with Redis (the release, the Locker's
 // clean-up, Shutdown) is bounded by one 5 s bound in total, not one bound
 // per call: redislock exits with COMMAND's status (3) about 5 s after
-// COMMAND exited, and says on stderr that the release did not complete and
-// that the lease ends by itself within -ttl.
+// COMMAND exited, and says on stderr, -q or not, that the release did not
+// complete and that the lease ends by itself within -ttl.
 func TestRun_FrozenRedisAtExitBoundsCleanUpTo5s(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	marks := marksFile(t)
-	p := startEnv(t, []string{"REDIS_URL=redis://" + srv.Addr()}, runArgs(testKey(t), []string{"-ttl", "30s"},
+	p := startEnv(t, []string{"REDIS_URL=redis://" + srv.Addr()}, runArgs(testKey(t), []string{"-ttl", "30s", "-q"},
 		script(marks, `echo "started $$" >> "$1"; while [ ! -e "$1.exit" ]; do sleep 0.01; done; exit 3`))...)
 	waitLine(t, marks, "started", 5*time.Second)
 	killGroupAtEnd(t, pidOf(t, marks, "started "))
 
 	srv.Freeze(t)
-	require.NoError(t, os.WriteFile(marks+".exit", nil, 0o644))
+	must(t, os.WriteFile(marks+".exit", nil, 0o644))
 	exited := time.Now()
 	code := p.wait(15 * time.Second)
-	assert.Equal(t, 3, code, p.errors())
+	equal(t, code, 3, "%s", p.errors())
 	took := p.ended.Sub(exited)
-	assert.Less(t, took, endTimeout+1500*time.Millisecond, "redislock exited %v after COMMAND", took)
-	assert.Greater(t, took, endTimeout-time.Second, "redislock exited %v after COMMAND", took)
-	assert.Contains(t, p.errors(), "release of the lock")
-	assert.Contains(t, p.errors(), "did not complete")
-	assert.Contains(t, p.errors(), "the lease ends by itself within 30s")
+	check(t, took > endTimeout-time.Second && took < endTimeout+1500*time.Millisecond, "redislock exited %v after COMMAND", took)
+	contains(t, p.errors(), "release of the lock")
+	contains(t, p.errors(), "did not complete")
+	contains(t, p.errors(), "the lease ends by itself within 30s")
 }
 
 // When the key stopped being this lock's while COMMAND ran and redislock
@@ -470,10 +500,10 @@ func TestRun_KeyGoneAtReleaseExits75(t *testing.T) {
 		script(marks, `echo "started $$" >> "$1"; while [ ! -e "$1.exit" ]; do sleep 0.01; done`))...)
 	waitLine(t, marks, "started", 5*time.Second)
 	killGroupAtEnd(t, pidOf(t, marks, "started "))
-	require.NoError(t, c.Del(context.Background(), key).Err())
-	require.NoError(t, os.WriteFile(marks+".exit", nil, 0o644))
-	assert.Equal(t, exitLost, p.wait(5*time.Second), p.errors())
-	assert.Contains(t, p.errors(), "was lost before the command exited (status 0)")
+	must(t, c.Del(context.Background(), key).Err())
+	must(t, os.WriteFile(marks+".exit", nil, 0o644))
+	equal(t, p.wait(5*time.Second), exitLost, "%s", p.errors())
+	contains(t, p.errors(), "was lost before the command exited (status 0)")
 }
 
 // SIGHUP and SIGINT that redislock was started with ignored (nohup, a
@@ -499,16 +529,235 @@ func TestRun_IgnoredSignalsStayIgnored(t *testing.T) {
 		if s, ok := strings.CutPrefix(l, "SigIgn:"); ok {
 			var err error
 			ignored, err = strconv.ParseUint(strings.TrimSpace(s), 16, 64)
-			require.NoError(t, err, l)
+			must(t, err, "%s", l)
 		}
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT} {
-		assert.NotZero(t, ignored&(1<<(sig-1)), "COMMAND does not ignore %v: SigIgn %x", sig, ignored)
-		require.NoError(t, p.cmd.Process.Signal(sig))
+		check(t, ignored&(1<<(sig-1)) != 0, "COMMAND does not ignore %v: SigIgn %x", sig, ignored)
+		must(t, p.cmd.Process.Signal(sig))
 	}
 	time.Sleep(100 * time.Millisecond)
-	assert.True(t, p.running(), "redislock exited on an ignored signal: %s", p.errors())
-	require.NoError(t, os.WriteFile(marks+".exit", nil, 0o644))
-	assert.Equal(t, 4, p.wait(5*time.Second), p.errors())
-	assert.False(t, exists(t, c, key))
+	check(t, p.running(), "redislock exited on an ignored signal: %s", p.errors())
+	must(t, os.WriteFile(marks+".exit", nil, 0o644))
+	equal(t, p.wait(5*time.Second), 4, "%s", p.errors())
+	check(t, !exists(t, c, key))
+}
+
+// With -q, a lock not obtained because the key is held says nothing: no
+// line on stderr or stdout, whether run waited (-w) or not (-n), whatever
+// the exit status (-E 0: a cron job skipped in silence), and in any mode
+// (a reader, permits on a lock's key). What -q leaves is still reported:
+// a key that holds data of another kind than a lock (no wait ends that),
+// a Redis that cannot be reached (69), a bad command line (2).
+func TestRun_QuietSaysNothingOnConflict(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	key, list := testKey(t), testKey(t)+":list"
+	holdKey(t, key)
+	must(t, c.RPush(context.Background(), list, "a").Err())
+	t.Cleanup(func() { c.Del(context.Background(), list) })
+	marks := marksFile(t)
+	cmd := script(marks, `echo ran >> "$1"`)
+	for _, tc := range []struct {
+		key   string
+		flags []string
+		want  int
+		says  string // "": nothing on stderr
+	}{
+		{key, []string{"-n", "-q", "-E", "0"}, 0, ""},
+		{key, []string{"-q", "-w", "0.3"}, 1, ""},
+		{key, []string{"-q", "-s", "-n"}, 1, ""},
+		{key, []string{"-q", "-permits", "2"}, 1, ""},
+		{list, []string{"-q", "-n", "-E", "0"}, 0, "redislock: lock on \"" + list + "\" not obtained: the key holds data of another kind than a lock\n"},
+		{key, []string{"-q", "-n", "-redis", "redis://127.0.0.1:1"}, exitRedis, "redis redis://127.0.0.1:1: "},
+		{key, []string{"-q", "-n", "-ttl", "0"}, exitUsage, "-ttl 0s: must be at least 1ms"},
+	} {
+		p := start(t, runArgs(tc.key, tc.flags, cmd)...)
+		code := p.wait(10 * time.Second)
+		equal(t, code, tc.want, "%q: %s", tc.flags, p.errors())
+		equal(t, p.output(), "", "%q: stdout", tc.flags)
+		if tc.says == "" {
+			equal(t, p.errors(), "", "%q: stderr", tc.flags)
+		} else {
+			contains(t, p.errors(), tc.says, "%q", tc.flags)
+		}
+	}
+	equal(t, len(lines(t, marks)), 0, "COMMAND ran")
+}
+
+// waitInLine waits up to 5 s for status to show one place in key's line.
+func waitInLine(t *testing.T, key string) {
+	t.Helper()
+	waitFor(t, 5*time.Second, "a run waits in line", func() bool {
+		_, out, _ := runCLI(t, "status", key)
+		return strings.Contains(out, "waiting:  1\n")
+	})
+}
+
+// waitForExit is a COMMAND that writes "start NAME" to marks, waits for
+// the file marks.exit, and writes "end NAME".
+func waitForExit(marks, name string) []string {
+	return []string{"sh", "-c", `echo "start $0" >> "$1"; while [ ! -e "$1.exit" ]; do sleep 0.01; done; echo "end $0" >> "$1"`, name, marks}
+}
+
+// Runs with -s hold the key together, as the readers of a read-write lock:
+// a second reader starts while the first still runs; a run without -s (a
+// writer) does not get the key while they hold it (-n: the conflict
+// status), and waits for both to end before its command starts. status
+// shows the readers (mode shared, two holders) and exits 1.
+func TestRun_SharedRunsHoldKeyTogether(t *testing.T) {
+	t.Parallel()
+	needRedis(t)
+	key := testKey(t)
+	marks := marksFile(t)
+	a := start(t, runArgs(key, []string{"-s"}, waitForExit(marks, "A"))...)
+	b := start(t, runArgs(key, []string{"-s", "-n"}, waitForExit(marks, "B"))...)
+	waitLine(t, marks, "start A", 5*time.Second)
+	waitLine(t, marks, "start B", 5*time.Second)
+
+	code, out, stderr := runCLI(t, "status", key)
+	equal(t, code, exitConflict, "%s", stderr)
+	contains(t, out, "mode:     shared\n")
+	equal(t, strings.Count(out, "\nholder:   "), 2, "%s", out)
+
+	code, _, stderr = runCLI(t, runArgs(key, []string{"-n"}, waitForExit(marks, "C"))...)
+	equal(t, code, exitConflict, "%s", stderr)
+	contains(t, stderr, ", readers of a read-write lock")
+
+	w := start(t, runArgs(key, nil, script(marks, `echo W >> "$1"`))...)
+	waitInLine(t, key)
+	must(t, os.WriteFile(marks+".exit", nil, 0o644))
+	for _, p := range []*proc{a, b, w} {
+		equal(t, p.wait(5*time.Second), 0, "%s", p.errors())
+	}
+	ls := lines(t, marks)
+	equal(t, ls[len(ls)-1], "W", "the writer ran before the readers ended: %q", ls)
+	equal(t, len(ls), 5, "%q", ls) // start A, start B, end A, end B, W
+}
+
+// -permits N makes KEY a semaphore: N runs hold it at once, a run more
+// does not get it (-n: the conflict status, saying who holds it); status
+// shows the semaphore (its permits and holders) and exits 1; once a
+// holder ends, a waiting run gets its permit.
+func TestRun_PermitsLetNRunsHoldKey(t *testing.T) {
+	t.Parallel()
+	needRedis(t)
+	key := testKey(t)
+	marks := marksFile(t)
+	a := start(t, runArgs(key, []string{"-permits", "2"}, waitForExit(marks, "A"))...)
+	b := start(t, runArgs(key, []string{"-permits", "2"}, waitForExit(marks, "B"))...)
+	waitLine(t, marks, "start A", 5*time.Second)
+	waitLine(t, marks, "start B", 5*time.Second)
+
+	code, _, stderr := runCLI(t, runArgs(key, []string{"-permits", "2", "-n"}, waitForExit(marks, "C"))...)
+	equal(t, code, exitConflict, "%s", stderr)
+	contains(t, stderr, " and 1 more")
+	code, out, stderr := runCLI(t, "status", key)
+	equal(t, code, exitConflict, "%s", stderr)
+	contains(t, out, "mode:     semaphore\npermits:  2\n")
+	equal(t, strings.Count(out, "\nholder:   "), 2, "%s", out)
+
+	d := start(t, runArgs(key, []string{"-permits", "2"}, script(marks, `echo D >> "$1"`))...)
+	waitInLine(t, key)
+	check(t, !slices.Contains(lines(t, marks), "D"), "a third run got one of 2 permits")
+	must(t, os.WriteFile(marks+".exit", nil, 0o644))
+	for _, p := range []*proc{a, b, d} {
+		equal(t, p.wait(5*time.Second), 0, "%s", p.errors())
+	}
+	hasLine(t, marks, "D")
+}
+
+// -c runs its command line with /bin/sh -c, as flock -c does: shell syntax
+// works (a pipe, ;), the environment has the key, and run exits with the
+// command line's status.
+func TestRun_ShellCommandLine(t *testing.T) {
+	t.Parallel()
+	needRedis(t)
+	key := testKey(t)
+	marks := marksFile(t)
+	code, _, stderr := runCLI(t, "run", key, "-c", `echo "$REDISLOCK_KEY" | tr a-z A-Z >> '`+marks+`'; exit 3`)
+	equal(t, code, 3, "%s", stderr)
+	hasLine(t, marks, strings.ToUpper(key))
+}
+
+// storedText returns every text that c's Redis holds under keys with key
+// in their name (the lock's and those the library keeps beside it):
+// strings, hash fields and values, members of sets and sorted sets, list
+// items.
+func storedText(t *testing.T, c *redis.Client, key string) []string {
+	t.Helper()
+	ctx := context.Background()
+	names, err := c.Keys(ctx, "*"+key+"*").Result()
+	must(t, err)
+	texts := names
+	for _, name := range names {
+		var values []string
+		switch typ := c.Type(ctx, name).Val(); typ {
+		case "string":
+			values = []string{c.Get(ctx, name).Val()}
+		case "hash":
+			for f, v := range c.HGetAll(ctx, name).Val() {
+				values = append(values, f, v)
+			}
+		case "zset":
+			values = c.ZRange(ctx, name, 0, -1).Val()
+		case "set":
+			values = c.SMembers(ctx, name).Val()
+		case "list":
+			values = c.LRange(ctx, name, 0, -1).Val()
+		default:
+			t.Fatalf("%s: a %s", name, typ)
+		}
+		texts = append(texts, values...)
+	}
+	return texts
+}
+
+// The holder description that run stores, readable by every client of the
+// Redis, names the program (COMMAND's file name, not its arguments), the
+// host and redislock's pid: nothing of the command's arguments is stored
+// in Redis. -holder stores a text of the operator's choosing ("" none),
+// -holder-command the whole command line; status shows each.
+func TestRun_HolderDescription(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	host, err := os.Hostname()
+	must(t, err)
+	const secret = "--password=S3cr3tArgument"
+	const sh = `echo "started $$" >> "$2"; while [ ! -e "$2.exit" ]; do sleep 0.01; done`
+	for i, tc := range []struct {
+		flags []string
+		want  string // the holder line of status; PID is redislock's pid
+	}{
+		{nil, "redislock run sh on " + host + " pid PID"},
+		{[]string{"-holder", "nightly report, ask ops"}, "nightly report, ask ops"},
+		{[]string{"-holder", ""}, "(no description)"},
+		// The whole command line, cut to 200 bytes before " on HOST...".
+		{[]string{"-holder-command"}, "redislock run sh -c " + sh + " sh " + secret + " "},
+	} {
+		key := testKey(t) + ":" + strconv.Itoa(i)
+		marks := marksFile(t)
+		p := start(t, runArgs(key, tc.flags, []string{"sh", "-c", sh, "sh", secret, marks})...)
+		waitLine(t, marks, "started", 5*time.Second)
+		killGroupAtEnd(t, pidOf(t, marks, "started "))
+		want := strings.ReplaceAll(tc.want, "PID", strconv.Itoa(p.cmd.Process.Pid))
+
+		code, out, stderr := runCLI(t, "status", key)
+		equal(t, code, exitConflict, "%q: %s", tc.flags, stderr)
+		_, holder, _ := strings.Cut(out, "\nholder:   ")
+		holder, _, _ = strings.Cut(holder, "\n")
+		if tc.flags != nil && tc.flags[0] == "-holder-command" {
+			tail := fmt.Sprintf(" on %s pid %d", host, p.cmd.Process.Pid)
+			check(t, strings.HasPrefix(holder, want) && strings.HasSuffix(holder, tail), "holder %q, want %q...%q", holder, want, tail)
+		} else {
+			equal(t, holder, want, "%q", tc.flags)
+		}
+		if tc.flags == nil {
+			for _, s := range storedText(t, c, key) {
+				lacks(t, s, "S3cr3t", "stored in Redis")
+			}
+		}
+		must(t, os.WriteFile(marks+".exit", nil, 0o644))
+		equal(t, p.wait(5*time.Second), 0, "%q: %s", tc.flags, p.errors())
+	}
 }

@@ -40,7 +40,8 @@ type holderJSON struct {
 	Token       string `json:"token"`
 }
 
-// status runs the status subcommand and returns the exit status.
+// status runs the status subcommand and returns the exit status: 0 when
+// nobody holds the key, 1 when it is held or holds data of another kind.
 func status(cfg statusConfig, stdout, stderr io.Writer) int {
 	rdb, err := redisurl.NewClient(cfg.redisURL)
 	if err != nil { // parseStatus made one from the same URL
@@ -69,7 +70,10 @@ func status(cfg statusConfig, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, errorLine(err))
 		return exitCannotSay
 	}
-	return 0
+	if info.Mode == "" {
+		return exitFree
+	}
+	return exitConflict // held, or data of another kind: not free
 }
 
 func toJSON(info redislock.Info) statusJSON {
@@ -117,9 +121,9 @@ func plain(s string) string {
 //
 //	key:      deploy
 //	mode:     exclusive
-//	holder:   redislock run ./migrate up on web-3 pid 4711
+//	holder:   redislock run migrate on web-3 pid 4711
 //	  ttl:    27.4s
-//	  token:  hM3Z...@redislock%20run...
+//	  token:  6Zo9HsF2OOqpxdya-011lA
 //	fence:    12
 //	waiting:  0
 func printStatus(w io.Writer, info redislock.Info) error {

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -12,15 +13,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
 	"github.com/seed5e0b76d9/redislock"
 )
 
-// status shows the holder of a key held by a run: its description (with
-// "redislock run" and the command), lease, token and fence, in text and as
-// JSON (-json) that parses; the token is the one COMMAND got.
+// parseStatusJSON parses the output of status -json.
+func parseStatusJSON(t *testing.T, out string) statusJSON {
+	t.Helper()
+	var s statusJSON
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("%v in %q", err, out)
+	}
+	return s
+}
+
+// status shows the holder of a key held by a run: its description (by
+// default "redislock run", the program without its arguments, the host
+// and redislock's pid), lease, token and fence, in text and as JSON
+// (-json) that parses; the token is the one COMMAND got.
 func TestStatus_ShowsHolder(t *testing.T) {
 	t.Parallel()
 	needRedis(t)
@@ -39,72 +48,86 @@ func TestStatus_ShowsHolder(t *testing.T) {
 			fence = s
 		}
 	}
+	host, err := os.Hostname()
+	must(t, err)
+	holder := fmt.Sprintf("redislock run sh on %s pid %d", host, p.cmd.Process.Pid)
 
 	code, out, stderr := runCLI(t, "status", key)
-	require.Equal(t, 0, code, stderr)
-	for _, want := range []string{"key:      " + key + "\n", "mode:     exclusive\n", "holder:   redislock run sh -c", "  token:  " + token + "\n", "fence:    " + fence + "\n", "waiting:  0\n"} {
-		assert.Contains(t, out, want)
+	equal(t, code, exitConflict, stderr)
+	for _, want := range []string{"key:      " + key + "\n", "mode:     exclusive\n", "holder:   " + holder + "\n",
+		"  token:  " + token + "\n", "fence:    " + fence + "\n", "waiting:  0\n"} {
+		contains(t, out, want)
 	}
 
 	code, out, stderr = runCLI(t, "status", "-json", key)
-	require.Equal(t, 0, code, stderr)
-	var s statusJSON
-	require.NoError(t, json.Unmarshal([]byte(out), &s), out)
-	assert.Equal(t, key, s.Key)
-	assert.True(t, s.Held)
-	assert.Equal(t, "exclusive", s.Mode)
-	require.Len(t, s.Holders, 1)
-	assert.Contains(t, s.Holders[0].Description, "redislock run sh -c")
-	assert.Equal(t, token, s.Holders[0].Token)
-	assert.Greater(t, s.Holders[0].TTLMillis, int64(5000))
-	assert.LessOrEqual(t, s.Holders[0].TTLMillis, int64(10000))
-	assert.Equal(t, fence, itoa(s.Fence))
+	equal(t, code, exitConflict, stderr)
+	s := parseStatusJSON(t, out)
+	equal(t, s.Key, key)
+	check(t, s.Held, "held")
+	equal(t, s.Mode, "exclusive")
+	if len(s.Holders) != 1 {
+		t.Fatalf("holders: %+v", s.Holders)
+	}
+	equal(t, s.Holders[0].Description, holder)
+	equal(t, s.Holders[0].Token, token)
+	check(t, s.Holders[0].TTLMillis > 5000 && s.Holders[0].TTLMillis <= 10000, "ttl_ms %d", s.Holders[0].TTLMillis)
+	equal(t, itoa(s.Fence), fence)
 
-	require.NoError(t, p.cmd.Process.Signal(sigterm))
+	must(t, p.cmd.Process.Signal(sigterm))
 	p.wait(5 * time.Second)
 }
 
-// status of a key nobody holds exits 0 and says "free" (held: false in
-// JSON, with an empty list of holders).
-func TestStatus_FreeKey(t *testing.T) {
+// status exits 0 when nobody holds the key ("free"; held: false in JSON,
+// with an empty list of holders), and 1 when it is held, in any mode, or
+// holds data of another kind than a lock ("other": not free, though
+// nobody holds it), with or without -json.
+func TestStatus_ExitStatusTellsHeldFromFree(t *testing.T) {
 	t.Parallel()
-	needRedis(t)
-	code, out, stderr := runCLI(t, "status", testKey(t))
-	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, out, "mode:     free\n")
+	c := client(t)
+	ctx := context.Background()
+	locker := redislock.New(c, redislock.WithHolder("test holder"))
+	exclusive, shared, semaphore, other := testKey(t)+":exclusive", testKey(t)+":shared", testKey(t)+":semaphore", testKey(t)+":other"
+	for key, opts := range map[string][]redislock.Option{exclusive: nil, shared: {redislock.WithShared()}, semaphore: {redislock.WithPermits(2)}} {
+		lk, err := locker.Obtain(ctx, key, 30*time.Second, opts...)
+		must(t, err)
+		t.Cleanup(func() { _ = lk.Release(context.Background()) })
+	}
+	must(t, c.RPush(ctx, other, "a").Err())
+	t.Cleanup(func() { c.Del(context.Background(), other) })
 
-	code, out, stderr = runCLI(t, "status", "-json", testKey(t))
-	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, out, `"holders": []`)
-	var s statusJSON
-	require.NoError(t, json.Unmarshal([]byte(out), &s), out)
-	assert.False(t, s.Held)
-	assert.Equal(t, "free", s.Mode)
-}
+	for _, tc := range []struct {
+		key, mode string
+		held      bool
+		code      int
+	}{
+		{testKey(t) + ":free", "free", false, exitFree},
+		{exclusive, "exclusive", true, exitConflict},
+		{shared, "shared", true, exitConflict},
+		{semaphore, "semaphore", true, exitConflict},
+		{other, "other", false, exitConflict},
+	} {
+		code, out, stderr := runCLI(t, "status", tc.key)
+		equal(t, code, tc.code, "%s: %s", tc.key, stderr)
+		contains(t, out, fmt.Sprintf("mode:     %s\n", tc.mode), tc.key)
 
-// A key that holds data of another kind than a lock (a list) is not free:
-// status says "other", and nobody holds it.
-func TestStatus_OtherKindIsNotFree(t *testing.T) {
-	t.Parallel()
-	key := testKey(t)
-	rdb := client(t)
-	require.NoError(t, rdb.RPush(context.Background(), key, "a").Err())
-	t.Cleanup(func() { rdb.Del(context.Background(), key) })
-	code, out, stderr := runCLI(t, "status", "-json", key)
-	require.Equal(t, 0, code, stderr)
-	var s statusJSON
-	require.NoError(t, json.Unmarshal([]byte(out), &s), out)
-	assert.False(t, s.Held)
-	assert.Equal(t, "other", s.Mode)
+		code, out, stderr = runCLI(t, "status", "-json", tc.key)
+		equal(t, code, tc.code, "%s -json: %s", tc.key, stderr)
+		s := parseStatusJSON(t, out)
+		equal(t, s.Mode, tc.mode, tc.key)
+		equal(t, s.Held, tc.held, tc.key)
+		if !tc.held {
+			contains(t, out, `"holders": []`, tc.key)
+		}
+	}
 }
 
 // status exits 69 when Redis cannot be reached, printing nothing on stdout.
 func TestStatus_RedisDownExits69(t *testing.T) {
 	t.Parallel()
 	code, out, stderr := runCLI(t, "status", "-redis", "redis://127.0.0.1:1", "k")
-	assert.Equal(t, exitRedis, code, stderr)
-	assert.Empty(t, out)
-	assert.Contains(t, stderr, "127.0.0.1:1")
+	equal(t, code, exitRedis, stderr)
+	equal(t, out, "")
+	contains(t, stderr, "127.0.0.1:1")
 }
 
 // A holder's description and token are whatever Redis holds, written by
@@ -124,17 +147,17 @@ func TestStatus_QuotesUnprintableText(t *testing.T) {
 	key := testKey(t) + "\n"
 	desc := "evil\nholder:   forged\rfence:    999\x1b[2J\u202e"
 	lk, err := redislock.New(c).Obtain(ctx, key, 30*time.Second)
-	require.NoError(t, err)
+	must(t, err)
 	t.Cleanup(func() { _ = lk.Release(context.Background()) })
-	require.NoError(t, c.HSet(ctx, "{"+key+"}:redislock:holders:"+key, lk.Token(), desc).Err())
+	must(t, c.HSet(ctx, "{"+key+"}:redislock:holders:"+key, lk.Token(), desc).Err())
 
 	// A token and description that someone else wrote; the side key is the
 	// library's documented holders hash ({key}:redislock:holders:key).
 	raw := testKey(t) + ":raw"
 	token, rawDesc := "tok\nwaiting:  7", "bad \xff utf-8\n  token:  x"
-	require.NoError(t, c.Set(ctx, raw, token, 30*time.Second).Err())
+	must(t, c.Set(ctx, raw, token, 30*time.Second).Err())
 	holders := "{" + raw + "}:redislock:holders:" + raw
-	require.NoError(t, c.HSet(ctx, holders, token, rawDesc).Err())
+	must(t, c.HSet(ctx, holders, token, rawDesc).Err())
 	t.Cleanup(func() { c.Del(context.Background(), raw, holders) })
 
 	for _, tc := range []struct{ key, keyLine, token, desc string }{
@@ -142,32 +165,35 @@ func TestStatus_QuotesUnprintableText(t *testing.T) {
 		{raw, raw, token, rawDesc}, // a plain key is printed as it is
 	} {
 		code, out, stderr := runCLI(t, "status", tc.key)
-		require.Equal(t, 0, code, stderr)
+		equal(t, code, exitConflict, stderr)
 		ls := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-		require.Len(t, ls, 7, "%q", out) // key, mode, holder, ttl, token, fence, waiting
+		if len(ls) != 7 { // key, mode, holder, ttl, token, fence, waiting
+			t.Fatalf("%d lines: %q", len(ls), out)
+		}
 		for i, label := range []string{"key:", "mode:", "holder:", "  ttl:", "  token:", "fence:", "waiting:"} {
-			assert.True(t, strings.HasPrefix(ls[i], label), "line %d: %q", i, ls[i])
+			check(t, strings.HasPrefix(ls[i], label), "line %d: %q", i, ls[i])
 		}
 		for _, r := range out {
-			assert.True(t, r == '\n' || strconv.IsPrint(r), "unprintable %U in %q", r, out)
+			check(t, r == '\n' || strconv.IsPrint(r), "unprintable %U in %q", r, out)
 		}
-		assert.Equal(t, "key:      "+tc.keyLine, ls[0])
-		assert.Equal(t, "holder:   "+strconv.Quote(tc.desc), ls[2])
+		equal(t, ls[0], "key:      "+tc.keyLine)
+		equal(t, ls[2], "holder:   "+strconv.Quote(tc.desc))
 		if tc.token != lk.Token() {
-			assert.Equal(t, "  token:  "+strconv.Quote(tc.token), ls[4])
+			equal(t, ls[4], "  token:  "+strconv.Quote(tc.token))
 		} else {
-			assert.Equal(t, "  token:  "+tc.token, ls[4], "a plain token is printed as it is")
+			equal(t, ls[4], "  token:  "+tc.token, "a plain token is printed as it is")
 		}
 
 		code, out, stderr = runCLI(t, "status", "-json", tc.key)
-		require.Equal(t, 0, code, stderr)
-		var s statusJSON
-		require.NoError(t, json.Unmarshal([]byte(out), &s), out)
-		require.Len(t, s.Holders, 1)
-		assert.Equal(t, tc.key, s.Key)
-		assert.Equal(t, tc.token, s.Holders[0].Token)
-		assert.Equal(t, strings.ToValidUTF8(tc.desc, "\uFFFD"), s.Holders[0].Description)
-		assert.NotContains(t, out, "\x1b", "JSON output carries a raw escape")
+		equal(t, code, exitConflict, stderr)
+		s := parseStatusJSON(t, out)
+		if len(s.Holders) != 1 {
+			t.Fatalf("holders: %+v", s.Holders)
+		}
+		equal(t, s.Key, tc.key)
+		equal(t, s.Holders[0].Token, tc.token)
+		equal(t, s.Holders[0].Description, strings.ToValidUTF8(tc.desc, "\uFFFD"))
+		lacks(t, out, "\x1b", "JSON output carries a raw escape")
 	}
 }
 
@@ -177,10 +203,10 @@ func TestStatus_QuotesUnprintableText(t *testing.T) {
 // "(no description)".
 func TestPlain(t *testing.T) {
 	for _, s := range []string{"web-3 pid 4711", "é ü 漢字", `a "b" c`, "a(b)"} {
-		assert.Equal(t, s, plain(s))
+		equal(t, plain(s), s)
 	}
 	for _, s := range []string{"", "a\nb", "a\rb", "\x1b[2J", "a\u202eb", "a\u00a0b", "\xff", " a", "a ", `"a"`, "(no description)", "a\tb"} {
-		assert.Equal(t, strconv.Quote(s), plain(s))
+		equal(t, plain(s), strconv.Quote(s))
 	}
 }
 
@@ -191,7 +217,7 @@ func TestStatus_UnwritableOutputExits74(t *testing.T) {
 	t.Parallel()
 	needRedis(t)
 	r, w, err := os.Pipe()
-	require.NoError(t, err)
+	must(t, err)
 	r.Close()
 	defer w.Close()
 	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
@@ -207,8 +233,8 @@ func TestStatus_UnwritableOutputExits74(t *testing.T) {
 		cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 		cmd.Stdout, cmd.Stderr = out, &stderr
 		_ = cmd.Run()
-		assert.Equal(t, exitCannotSay, exitStatus(cmd.ProcessState), "%s: %s", name, stderr.String())
-		assert.Contains(t, stderr.String(), "redislock: ", name)
+		equal(t, exitStatus(cmd.ProcessState), exitCannotSay, "%s: %s", name, stderr.String())
+		contains(t, stderr.String(), "redislock: ", name)
 	}
 	if full != nil {
 		full.Close()

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 	"unsafe"
-
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // In a terminal, where redislock is the foreground job, COMMAND stays in
@@ -24,7 +21,7 @@ func TestRun_InteractiveTerminalSharesProcessGroup(t *testing.T) {
 	key := testKey(t)
 	marks := marksFile(t)
 	self, err := os.Executable()
-	require.NoError(t, err)
+	must(t, err)
 	master, tty := openPTY(t)
 
 	p := &proc{t: t, exited: make(chan struct{})}
@@ -34,7 +31,7 @@ func TestRun_InteractiveTerminalSharesProcessGroup(t *testing.T) {
 	// A session of its own with the terminal as its controlling one: its
 	// process group is the terminal's foreground one, as a shell's job.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	require.NoError(t, p.cmd.Start())
+	must(t, p.cmd.Start())
 	tty.Close()
 	go func() {
 		_ = p.cmd.Wait()
@@ -49,17 +46,17 @@ func TestRun_InteractiveTerminalSharesProcessGroup(t *testing.T) {
 	defer func() { master.Close(); <-drained }()
 
 	waitLine(t, marks, "group", 5*time.Second)
-	assert.Contains(t, lines(t, marks), "group same")
+	hasLine(t, marks, "group same")
 	_, err = master.Write([]byte("hello\n"))
-	require.NoError(t, err)
+	must(t, err)
 	waitLine(t, marks, "ready", 5*time.Second)
-	assert.Contains(t, lines(t, marks), "read hello")
+	hasLine(t, marks, "read hello")
 	_, err = master.Write([]byte{0x03}) // Ctrl-C
-	require.NoError(t, err)
+	must(t, err)
 
-	assert.Equal(t, 5, p.wait(5*time.Second))
-	assert.Contains(t, lines(t, marks), "INT 1")
-	assert.False(t, exists(t, c, key), "the lock was not released")
+	equal(t, p.wait(5*time.Second), 5)
+	hasLine(t, marks, "INT 1")
+	check(t, !exists(t, c, key), "the lock was not released")
 }
 
 // openPTY opens a pseudo-terminal: its master, and its terminal end.
@@ -71,9 +68,9 @@ func openPTY(t *testing.T) (master, tty *os.File) {
 	}
 	var n uint32
 	raw, err := master.SyscallConn()
-	require.NoError(t, err)
+	must(t, err)
 	var errno syscall.Errno
-	require.NoError(t, raw.Control(func(fd uintptr) {
+	must(t, raw.Control(func(fd uintptr) {
 		var unlock int32
 		if _, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); errno != 0 {
 			return

@@ -2,18 +2,79 @@ package redisurl
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/seed5e0b76d9/redislock/internal/redistest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain fails the run if a goroutine outlives the tests: clients that
+// NewClient made, or began to make before it failed, leave none behind.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if leaked := leakedGoroutines(); leaked != "" {
+			fmt.Fprintf(os.Stderr, "goroutines left after the tests:\n\n%s\n", leaked)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// leakedGoroutines returns the stacks of the goroutines other than its
+// caller's and the runtime's signal handling that are still there after
+// up to 5 s, or "".
+func leakedGoroutines() string {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		buf := make([]byte, 1<<20)
+		stacks := strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n")
+		var others []string
+		for _, g := range stacks[1:] { // the first is the caller's
+			if !strings.Contains(g, "os/signal.signal_recv") && !strings.Contains(g, "runtime.ensureSigM") {
+				others = append(others, g)
+			}
+		}
+		if len(others) == 0 || time.Now().After(deadline) {
+			return strings.Join(others, "\n\n")
+		}
+	}
+}
+
+// mustClient returns the client NewClient makes of raw, closed at the end
+// of t, and fails t if there is none.
+func mustClient(t *testing.T, raw string) redis.UniversalClient {
+	t.Helper()
+	c, err := NewClient(raw)
+	if err != nil {
+		t.Fatalf("NewClient(%q): %v", raw, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// mustFail checks that NewClient fails on raw with an *Error whose text
+// has want in it, and returns no client.
+func mustFail(t *testing.T, raw, want string) {
+	t.Helper()
+	c, err := NewClient(raw)
+	var e *Error
+	switch {
+	case c != nil:
+		_ = c.Close()
+		t.Errorf("NewClient(%q) made a client", raw)
+	case !errors.As(err, &e):
+		t.Errorf("NewClient(%q): error %v (%T), want an *Error", raw, err, err)
+	case !strings.Contains(err.Error(), want):
+		t.Errorf("NewClient(%q): error %q, want %q in it", raw, err, want)
+	}
+}
 
 // Each URL form makes the client of its kind, and a bad URL an error.
 func TestParse(t *testing.T) {
@@ -26,14 +87,20 @@ func TestParse(t *testing.T) {
 		"redis://127.0.0.1:7000?addr=127.0.0.1:7001":             "cluster",
 		"rediss+cluster://127.0.0.1:7000?addr=127.0.0.1:7001":    "cluster",
 	} {
-		kind, _, err := parse(raw)
-		require.NoError(t, err, raw)
-		assert.Equal(t, want, kind, raw)
+		if kind, _, err := parse(raw); err != nil || kind != want {
+			t.Errorf("parse(%q) = %q, %v; want %q", raw, kind, err, want)
+		}
 	}
-	for _, raw := range []string{"", "127.0.0.1:6379", "http://127.0.0.1", "redis://", "redis+sentinel://127.0.0.1:26379", "redis://127.0.0.1:6379?bogus=1", "%zz"} {
-		c, err := NewClient(raw)
-		assert.Error(t, err, raw)
-		assert.Nil(t, c, raw)
+	for raw, want := range map[string]string{
+		"":                                 "no host",
+		"127.0.0.1:6379":                   "first path segment",
+		"http://127.0.0.1":                 `unknown scheme "http"`,
+		"redis://":                         "no host",
+		"redis+sentinel://127.0.0.1:26379": "master_name",
+		"redis://127.0.0.1:6379?bogus=1":   "unexpected option: bogus",
+		"%zz":                              `invalid URL escape "%zz"`,
+	} {
+		mustFail(t, raw, want)
 	}
 }
 
@@ -53,18 +120,115 @@ func TestParse_PortOutOfRange(t *testing.T) {
 			"redis+cluster://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:" + port,
 			"redis://127.0.0.1:7000?addr=127.0.0.1:" + port,
 		} {
-			c, err := NewClient(raw)
-			if assert.Error(t, err, raw) {
-				assert.Contains(t, err.Error(), "port", raw)
-			}
-			assert.Nil(t, c, raw)
+			mustFail(t, raw, "port")
 		}
 	}
 	for _, raw := range []string{"redis://127.0.0.1:1", "redis://127.0.0.1:65535", "redis://127.0.0.1", "redis://[::1]:6379",
 		"redis+cluster://127.0.0.1:7000?addr=[::1]:65535"} {
+		mustClient(t, raw)
+	}
+}
+
+// A database below 0, in the path or a db parameter, and the numbers of
+// query parameters out of their range are errors, not a panic (a negative
+// pool_size), a process out of memory (a huge one) or another value taken
+// silently (database -1 as 0); -1 is taken where go-redis gives it a
+// meaning (max_retries, max_redirects, pipeline_pool_size: none).
+func TestNewClient_NumbersOutOfRange(t *testing.T) {
+	for raw, want := range map[string]string{
+		"redis://127.0.0.1:6379/-1":                                     "database -1: want 0 or more",
+		"redis+sentinel://127.0.0.1:26379/-1?master_name=m":             "database -1",
+		"redis+sentinel://127.0.0.1:26379?master_name=m&db=-2":          "db=-2: want 0 or more",
+		"redis://127.0.0.1:6379?pool_size=-5":                           "pool_size=-5: want a number in 0..10000",
+		"redis+sentinel://127.0.0.1:26379?master_name=m&pool_size=-1":   "pool_size=-1",
+		"redis+cluster://127.0.0.1:7000?pool_size=1000000000":           "pool_size=1000000000",
+		"redis://127.0.0.1:6379?pool_size=5&pool_size=-5":               "pool_size=-5",
+		"redis://127.0.0.1:6379?min_idle_conns=-1":                      "min_idle_conns=-1",
+		"redis://127.0.0.1:6379?max_active_conns=10001":                 "max_active_conns=10001",
+		"redis://127.0.0.1:6379?max_retries=-2":                         "max_retries=-2: want -1 or more",
+		"redis+cluster://127.0.0.1:7000?max_redirects=-5":               "max_redirects=-5",
+		"redis://127.0.0.1:6379?protocol=-1":                            "protocol=-1: want a number in 2..3",
+		"redis://127.0.0.1:6379?pipeline_read_buffer_size=999999999999": "pipeline_read_buffer_size",
+		"redis://127.0.0.1:6379?pool_size=x":                            "invalid pool_size number", // go-redis's
+	} {
+		mustFail(t, raw, want)
+	}
+	for _, raw := range []string{
+		"redis://127.0.0.1:6379/0?pool_size=10000&max_retries=-1&pipeline_pool_size=-1&protocol=2",
+		"redis+cluster://127.0.0.1:7000?max_redirects=-1",
+		"redis+sentinel://127.0.0.1:26379/3?master_name=m&db=0",
+	} {
+		mustClient(t, raw)
+	}
+}
+
+// Redact replaces the password of a URL's user information with "xxxxx",
+// as url.URL.Redacted does, and the values of query parameters named
+// *password*, leaving the rest as it was written; in a text that does not
+// parse, or that has an '@' after the host (a password with an unescaped
+// '/', '?' or '#'), it redacts up to the last '@'.
+func TestRedact(t *testing.T) {
+	for raw, want := range map[string]string{
+		"redis://u:S3cr3t@h:1/0":                 "redis://u:xxxxx@h:1/0",
+		"rediss://:S3cr3t@h":                     "rediss://:xxxxx@h",
+		"redis://u:@h":                           "redis://u:xxxxx@h",
+		"redis://u@h":                            "redis://u@h",
+		"redis://h:6379/0?client_name=a@b":       "redis://h:6379/0?client_name=a@b",
+		"redis://u:S3cr3t@h:1/0?client_name=a@b": "redis://u:xxxxx@h:1/0?client_name=a@b",
+		"redis://u:S3c@r3t@h":                    "redis://u:xxxxx@h",
+		"redis://u:S3c/r3t@h:1":                  "redis://u:xxxxx@h:1",
+		"redis://u:S3c?r3t@h":                    "redis://u:xxxxx@h",
+		"redis://u:S3c#r3t@h":                    "redis://u:xxxxx@h",
+		"redis://u:S3c%zz@h":                     "redis://u:xxxxx@h",
+		"redis://u:S3c r3t@h/0":                  "redis://u:xxxxx@h/0",
+		"u:S3cr3t@h:6379":                        "u:xxxxx@h:6379",
+		"http://u:S3cr3t@h":                      "http://u:xxxxx@h",
+		"redis+sentinel://h:1?master_name=m&password=S3cr3t&db=1": "redis+sentinel://h:1?master_name=m&password=xxxxx&db=1",
+		"redis://h?Sentinel_Password=S3cr3t#f":                    "redis://h?Sentinel_Password=xxxxx#f",
+		"redis://127.0.0.1:6379":                                  "redis://127.0.0.1:6379",
+	} {
+		if got := Redact(raw); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}
+
+// No error of NewClient shows the password, whatever is wrong with the URL
+// (go-redis's errors and url.Parse's quote parts of it); the URL it shows
+// is redacted.
+func TestNewClient_ErrorsHideThePassword(t *testing.T) {
+	const secret = "S3cr3t"
+	for _, raw := range []string{
+		"redis://u:" + secret + "@127.0.0.1:0",
+		"redis://u:" + secret + "@127.0.0.1:x",
+		"redis://u:" + secret + "@127.0.0.1:6379/-1",
+		"redis://u:" + secret + "@127.0.0.1:6379/x",
+		"redis://u:" + secret + "@127.0.0.1:6379?pool_size=-5",
+		"redis://u:" + secret + "@127.0.0.1:6379?bogus=1",
+		"redis://u:" + secret + "@",
+		"bogus://u:" + secret + "@h",
+		"redis://u:S3c%zz" + secret + "@h",
+		"redis://u:" + secret + " x@h",
+		"redis://u:S3c/" + secret + "@h:1",
+		"redis://u:6379/" + secret + "@h/0",
+		"redis://u:12?" + secret + "@h",
+		"redis://u:1234#" + secret + "@h",
+		"u:" + secret + "@127.0.0.1:6379",
+		"redis+sentinel://127.0.0.1:26379?password=" + secret,
+		"redis+sentinel://127.0.0.1:26379?master_name=m&password=" + secret + "&pool_size=-1",
+	} {
 		c, err := NewClient(raw)
-		require.NoError(t, err, raw)
-		require.NoError(t, c.Close())
+		if err == nil {
+			_ = c.Close()
+			t.Errorf("NewClient(%q) made a client", raw)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("NewClient(%q): the error shows the password: %v", raw, err)
+		}
+		if !strings.Contains(err.Error(), redacted) {
+			t.Errorf("NewClient(%q): the error does not show the redacted URL: %v", raw, err)
+		}
 	}
 }
 
@@ -80,18 +244,24 @@ func TestClientsReachRealDeployments(t *testing.T) {
 		"cluster":  "redis+cluster://" + cluster.Addrs()[0],
 	} {
 		t.Run(name, func(t *testing.T) {
-			c, err := NewClient(raw)
-			require.NoError(t, err)
-			defer c.Close()
+			c := mustClient(t, raw)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			require.NoError(t, c.Set(ctx, "k", name, time.Minute).Err())
-			assert.Equal(t, name, c.Get(ctx, "k").Val())
+			if err := c.Set(ctx, "k", name, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Get(ctx, "k").Val(); got != name {
+				t.Errorf("GET k = %q, want %q", got, name)
+			}
+			var ok bool
 			switch name {
-			case "sentinel":
-				assert.IsType(t, &redis.Client{}, c)
+			case "node", "sentinel":
+				_, ok = c.(*redis.Client)
 			case "cluster":
-				assert.IsType(t, &redis.ClusterClient{}, c)
+				_, ok = c.(*redis.ClusterClient)
+			}
+			if !ok {
+				t.Errorf("a client of type %T", c)
 			}
 		})
 	}
