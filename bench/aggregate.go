@@ -10,7 +10,7 @@ import (
 type results struct {
 	cfgs   []config
 	setups []setup
-	solo   []time.Duration          // per configuration
+	solo   []soloResult             // per configuration
 	alone  map[string][]aloneSample // per setup, one per repetition
 	runs   map[string][][]sample    // per setup, per configuration, one per repetition
 	mkCfgs []mkConfig               // of the many-keys setup; none if it is not run

@@ -62,9 +62,10 @@ func writeSolo(b *strings.Builder, res *results) {
 		return
 	}
 	b.WriteString("\n### Uncontended\n\n")
-	table := [][]string{{"impl", "solo µs", "what"}}
+	table := [][]string{{"impl", "solo µs", "allocs/cycle", "what"}}
 	for i, c := range res.cfgs {
-		table = append(table, []string{c.name, fmt.Sprintf("%.0f", float64(res.solo[i])/float64(time.Microsecond)), c.desc})
+		table = append(table, []string{c.name, fmt.Sprintf("%.0f", float64(res.solo[i].perCycle)/float64(time.Microsecond)),
+			fmt.Sprintf("%.1f", res.solo[i].allocs), c.desc})
 	}
 	writeTable(b, table)
 }
