@@ -118,6 +118,7 @@ func runParent(ctx context.Context, f flags) error {
 	if err := h.admin.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis %s: %w", h.f.redisURL, err)
 	}
+	defer h.delMatching(ctx, h.prefix) // what the runs' own clean-up missed: side keys of the libraries
 
 	res := newResults(cfgs, setups, mkCfgs)
 	if len(cfgs) > 0 {

@@ -207,17 +207,3 @@ func (c *mkClients) close() {
 		c.rdb = nil
 	}
 }
-
-// delMatching removes, on a server given by -redis (where nothing is
-// flushed), the keys whose name contains part: a run's keys and whatever
-// side keys an implementation named after them.
-func (h *harness) delMatching(ctx context.Context, part string) {
-	if h.owned {
-		return
-	}
-	ctx = context.WithoutCancel(ctx)
-	iter := h.admin.Scan(ctx, 0, "*"+part+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		h.admin.Del(ctx, iter.Val())
-	}
-}

@@ -243,6 +243,20 @@ func (h *harness) del(ctx context.Context, k keys) {
 	h.admin.Del(context.WithoutCancel(ctx), k.lock, k.counter, k.check)
 }
 
+// delMatching removes, on a server given by -redis (where nothing is
+// flushed), the keys whose name contains part: a run's keys and whatever
+// side keys an implementation named after them (SCAN over all the keys).
+func (h *harness) delMatching(ctx context.Context, part string) {
+	if h.owned {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	iter := h.admin.Scan(ctx, 0, "*"+part+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		h.admin.Del(ctx, iter.Val())
+	}
+}
+
 // lostUpdates compares the counter incremented in the critical sections with
 // the number of acquisitions.
 func lostUpdates(ctx context.Context, rdb *redis.Client, counter string, acquired int) (int64, error) {
