@@ -80,9 +80,22 @@ func writeManyKeys(b *strings.Builder, f flags, res *results) {
 	fmt.Fprintf(b, "\n### %s: %d goroutines, each taking and releasing the lock on a random key out of %d\n\n", manyKeysSetup, f.mkWorkers, f.mkKeys)
 	fmt.Fprintf(b, "Each run %v; lease %v; a cycle is given up after %v. plain: a *redis.Client, default options; auto: its AutoPipeliner (client.AutoPipeline(), default options).\n\n",
 		f.duration, leaseTTL, f.bound)
+	writeMKImpls(b, res.mkCfgs)
 	writeMKTable(b, f.repeat > 1, res.mkCfgs, sums)
 	writeMKRatios(b, res.mkCfgs, sums)
 	writeMKNotes(b, res.mkCfgs, sums)
+}
+
+// writeMKImpls says what each implementation in cfgs does.
+func writeMKImpls(b *strings.Builder, cfgs []mkConfig) {
+	seen := make(map[string]bool)
+	for _, c := range cfgs {
+		if !seen[c.impl.name] {
+			seen[c.impl.name] = true
+			fmt.Fprintf(b, "- %s: %s\n", c.impl.name, c.impl.desc)
+		}
+	}
+	b.WriteString("\n")
 }
 
 // writeMKTable writes the many-keys table.
