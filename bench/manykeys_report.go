@@ -100,11 +100,7 @@ func writeMKImpls(b *strings.Builder, cfgs []mkConfig) {
 
 // writeMKTable writes the many-keys table.
 func writeMKTable(b *strings.Builder, spreads bool, cfgs []mkConfig, sums []mkSummary) {
-	perSecHead, cpuHead := "cycles/s", "srv CPU µs/cycle"
-	if spreads {
-		perSecHead, cpuHead = perSecHead+" (spread)", cpuHead+" (spread)"
-	}
-	table := [][]string{{"config", perSecHead, "÷ floor", "cycle p50/p99 µs", cpuHead, "client CPU µs/cycle", "lock cmds/cycle", "writes/cycle",
+	table := [][]string{{"config", spreadHead("cycles/s", spreads), "÷ floor", "cycle p50/p99 µs", spreadHead("srv CPU µs/cycle", spreads), "client CPU µs/cycle", "lock cmds/cycle", "writes/cycle",
 		"srv cmds/cycle", "keys left / 1 s later", "not obtained", "errors"}}
 	for i, c := range cfgs {
 		sm, floor := sums[i], floorRate(cfgs, sums, c.auto)

@@ -80,14 +80,11 @@ func writeSetup(b *strings.Builder, f flags, s setup, res *results, sums []summa
 		fmt.Fprintf(b, " Other programs on the machine used %s of a core during these runs (median; at most %s).", percent(max(med, 0)), percent(max(most, 0)))
 	}
 	b.WriteString("\n\n")
-	perSecHead, rawHead := "CS/s", "srv CPU µs/acq raw"
-	if f.repeat > 1 {
-		perSecHead, rawHead = perSecHead+" (spread)", rawHead+" (spread)"
-	}
-	table := [][]string{{"impl", perSecHead, "÷ alone", "lock cmds/acq", "srv cmds/acq", "srv CPU µs/acq", rawHead,
+	spreads := f.repeat > 1
+	table := [][]string{{"impl", spreadHead("CS/s", spreads), "÷ alone", "lock cmds/acq", "srv cmds/acq", "srv CPU µs/acq", spreadHead("srv CPU µs/acq raw", spreads),
 		"fair", "hand-off p50/p99 ms", "wait p99/max ms", "timeouts", "gave up", "lost"}}
 	for i, c := range res.cfgs {
-		table = append(table, setupRow(c, sums[i], a, f.repeat > 1))
+		table = append(table, setupRow(c, sums[i], a, spreads))
 	}
 	writeTable(b, table)
 }
@@ -109,6 +106,15 @@ func setupRow(c config, sm summary, a aloneSummary, spreads bool) []string {
 		fmt.Sprint(sm.gaveUp),
 		fmt.Sprint(sm.lost),
 	}
+}
+
+// spreadHead is a column's heading, saying that the column carries spreads
+// if it does.
+func spreadHead(head string, spreads bool) string {
+	if !spreads {
+		return head
+	}
+	return head + " (spread)"
 }
 
 // withSpread appends the spread in brackets to v, if spreads are shown.
