@@ -10,14 +10,18 @@ import (
 type results struct {
 	cfgs   []config
 	setups []setup
-	solo   []time.Duration          // per configuration
+	solo   []soloResult             // per configuration
 	alone  map[string][]aloneSample // per setup, one per repetition
 	runs   map[string][][]sample    // per setup, per configuration, one per repetition
+	mkCfgs []mkConfig               // of the many-keys setup; none if it is not run
+	mk     [][]mkSample             // per many-keys configuration, one per repetition
 }
 
-// newResults returns empty results for cfgs in setups.
-func newResults(cfgs []config, setups []setup) *results {
-	r := &results{cfgs: cfgs, setups: setups, alone: make(map[string][]aloneSample), runs: make(map[string][][]sample)}
+// newResults returns empty results for cfgs in setups and for mkCfgs in the
+// many-keys setup.
+func newResults(cfgs []config, setups []setup, mkCfgs []mkConfig) *results {
+	r := &results{cfgs: cfgs, setups: setups, alone: make(map[string][]aloneSample), runs: make(map[string][][]sample),
+		mkCfgs: mkCfgs, mk: make([][]mkSample, len(mkCfgs))}
 	for _, s := range setups {
 		r.runs[s.name] = make([][]sample, len(cfgs))
 	}
@@ -95,21 +99,31 @@ func (sm *summary) addCounts(ss []sample) {
 		sm.overlaps += st.overlaps
 		sm.torn += st.torn
 		sm.lost += int(s.lost)
-		for cmd, n := range s.srvCmds {
-			calls[cmd] += n
-		}
+		addCalls(calls, s.srvCmds)
 		for _, e := range st.errors {
-			if !slices.Contains(sm.errors, e) {
-				sm.errors = append(sm.errors, e)
-			}
+			sm.errors = keepError(sm.errors, e, math.MaxInt)
 		}
 	}
-	sm.mix = make(map[string]float64)
-	for cmd, n := range calls {
-		if n != 0 {
-			sm.mix[cmd] = perAcq(float64(n), sm.acquired)
+	sm.mix = mixOf(calls, sm.acquired)
+}
+
+// addCalls adds the calls of a commandstats delta to calls.
+func addCalls(calls, delta map[string]int64) {
+	for cmd, n := range delta {
+		calls[cmd] += n
+	}
+}
+
+// mixOf returns the pooled calls by command per n acquisitions (or
+// cycles), leaving out commands whose calls add up to 0.
+func mixOf(calls map[string]int64, n int) map[string]float64 {
+	mix := make(map[string]float64)
+	for cmd, c := range calls {
+		if c != 0 {
+			mix[cmd] = perAcq(float64(c), n)
 		}
 	}
+	return mix
 }
 
 // othersLoad returns the median and the largest share of a core that other

@@ -106,7 +106,7 @@ func worker(ctx context.Context, p contendParams, end time.Time) workerResult {
 				w.Timeouts++
 			default:
 				w.GaveUp++
-				w.noteError(err)
+				w.Errors = keepError(w.Errors, err.Error(), 3)
 				time.Sleep(time.Millisecond) // no busy loop on a broken Redis
 			}
 			continue
@@ -119,7 +119,7 @@ func worker(ctx context.Context, p contendParams, end time.Time) workerResult {
 		rctx, rcancel := context.WithTimeout(context.Background(), p.bound)
 		if err := unlock(rctx); err != nil {
 			w.ReleaseErrs++
-			w.noteError(err)
+			w.Errors = keepError(w.Errors, err.Error(), 3)
 		}
 		rcancel()
 		w.Acquired++
@@ -171,11 +171,13 @@ func getInt(ctx context.Context, rdb *redis.Client, key string) (int64, error) {
 	return n, err
 }
 
-// noteError keeps the first few distinct errors.
-func (w *workerResult) noteError(err error) {
-	if len(w.Errors) < 3 && !slices.Contains(w.Errors, err.Error()) {
-		w.Errors = append(w.Errors, err.Error())
+// keepError adds msg to errs unless errs holds it already or has limit
+// errors: the first few distinct errors.
+func keepError(errs []string, msg string, limit int) []string {
+	if len(errs) < limit && !slices.Contains(errs, msg) {
+		errs = append(errs, msg)
 	}
+	return errs
 }
 
 // contendStats summarises a run.
@@ -218,9 +220,7 @@ func analyse(r run) contendStats {
 			all = append(all, acq{rec, i})
 		}
 		for _, e := range w.Errors {
-			if len(s.errors) < 5 && !slices.Contains(s.errors, e) {
-				s.errors = append(s.errors, e)
-			}
+			s.errors = keepError(s.errors, e, 5)
 		}
 	}
 	if len(r.Workers) > 0 && s.acquired > 0 {

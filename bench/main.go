@@ -11,11 +11,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -36,6 +38,8 @@ type flags struct {
 	workers     int
 	procs       int
 	procWorkers int
+	mkWorkers   int
+	mkKeys      int
 }
 
 func main() {
@@ -43,9 +47,9 @@ func main() {
 	var c childFlags
 	flag.StringVar(&f.redisURL, "redis", "", "use the Redis at this URL (redis://host:port/db) instead of starting redis-server; keys get a unique prefix and nothing is flushed")
 	flag.StringVar(&f.out, "out", "", "also write the report (markdown) to this file")
-	flag.StringVar(&f.only, "only", "", "comma-separated implementations to run (default: all)")
-	flag.StringVar(&f.setups, "setups", "", "comma-separated setups to run, of 1p-sleep, 1p-short, Np-sleep, Np-short with N = -procs (default: all)")
-	flag.DurationVar(&f.duration, "duration", 3*time.Second, "length of each contended run and of each run of the critical section alone")
+	flag.StringVar(&f.only, "only", "", "comma-separated configurations to run, e.g. ours,bsm-linear-1ms,bsm/auto; an implementation of the many-keys setup (ours, bsm, redsync, floor) selects it on both clients (default: all)")
+	flag.StringVar(&f.setups, "setups", "", "comma-separated setups to run, of 1p-sleep, 1p-short, Np-sleep, Np-short with N = -procs, many-keys (default: all)")
+	flag.DurationVar(&f.duration, "duration", 3*time.Second, "length of each contended or many-keys run and of each run of the critical section alone")
 	flag.DurationVar(&f.bound, "bound", 5*time.Second, "give up on one acquisition after this long (counted as a timeout)")
 	flag.DurationVar(&f.cs, "cs", time.Millisecond, "sleep in the middle of the critical section of the *-sleep setups (in a child: of its run)")
 	flag.IntVar(&f.cycles, "cycles", 2000, "uncontended Obtain+Release cycles")
@@ -53,6 +57,8 @@ func main() {
 	flag.IntVar(&f.workers, "workers", 16, "goroutines of the single-process setups (in a child: its goroutines)")
 	flag.IntVar(&f.procs, "procs", 4, "processes of the multi-process setups (at least 2)")
 	flag.IntVar(&f.procWorkers, "proc-workers", 4, "goroutines per process of the multi-process setups")
+	flag.IntVar(&f.mkWorkers, "mk-workers", 32, "goroutines of the many-keys setup")
+	flag.IntVar(&f.mkKeys, "mk-keys", 100_000, "keys of the many-keys setup, each cycle picks one at random")
 	flag.StringVar(&c.impl, "child", "", "internal: run as a child process for this implementation")
 	flag.StringVar(&c.lockKey, "lock-key", "", "internal: child's lock key")
 	flag.StringVar(&c.counterKey, "counter-key", "", "internal: child's counter key")
@@ -86,16 +92,12 @@ func (f flags) valid(child bool) bool {
 	if child {
 		return ok
 	}
-	return ok && f.cs > 0 && f.cycles > 0 && f.repeat > 0 && f.procs > 1 && f.procWorkers > 0
+	return ok && f.cs > 0 && f.cycles > 0 && f.repeat > 0 && f.procs > 1 && f.procWorkers > 0 && f.mkWorkers > 0 && f.mkKeys > 0
 }
 
 // runParent runs the whole bench and prints the report.
 func runParent(ctx context.Context, f flags) error {
-	cfgs, err := selectConfigs(f.only)
-	if err != nil {
-		return err
-	}
-	setups, err := selectSetups(f)
+	cfgs, setups, mkCfgs, err := selectRuns(f)
 	if err != nil {
 		return err
 	}
@@ -116,10 +118,13 @@ func runParent(ctx context.Context, f flags) error {
 	if err := h.admin.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis %s: %w", h.f.redisURL, err)
 	}
+	defer h.delMatching(ctx, h.prefix) // what the runs' own clean-up missed: side keys of the libraries
 
-	res := newResults(cfgs, setups)
-	if res.solo, err = soloAll(ctx, h.f, cfgs, h.prefix); err != nil {
-		return err
+	res := newResults(cfgs, setups, mkCfgs)
+	if len(cfgs) > 0 {
+		if res.solo, err = soloAll(ctx, h.f, cfgs, h.prefix); err != nil {
+			return err
+		}
 	}
 	if err := h.measureAll(ctx, res); err != nil {
 		return err
@@ -132,20 +137,72 @@ func runParent(ctx context.Context, f flags) error {
 	return nil
 }
 
-// selectConfigs returns the configurations named in -only (all if empty).
-func selectConfigs(only string) ([]config, error) {
+// selectRuns returns what -only and -setups select: the contended setups
+// and their configurations (no setup if no configuration), and the
+// many-keys configurations (none if that setup is not selected).
+func selectRuns(f flags) ([]config, []setup, []mkConfig, error) {
+	cfgs, mkCfgs, err := selectConfigs(f.only)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	setups, manyKeys, err := selectSetups(f)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if len(cfgs) == 0 {
+		setups = nil
+	}
+	if !manyKeys {
+		mkCfgs = nil
+	}
+	if len(setups) == 0 && len(mkCfgs) == 0 {
+		return nil, nil, nil, errors.New("-only names no configuration of the setups of -setups")
+	}
+	return cfgs, setups, mkCfgs, nil
+}
+
+// selectConfigs returns the configurations named in -only (all if empty):
+// of the contended setups, in the order named, and of the many-keys setup,
+// in table order. A name of an implementation of the many-keys setup
+// ("ours", "bsm") selects its configurations on both clients.
+func selectConfigs(only string) ([]config, []mkConfig, error) {
 	if only == "" {
-		return configs, nil
+		return configs, mkConfigs(), nil
 	}
-	var out []config
-	for _, name := range strings.Split(only, ",") {
-		c, err := findConfig(strings.TrimSpace(name))
-		if err != nil {
-			return nil, err
+	names := strings.Split(only, ",")
+	var cfgs []config
+	for i, name := range names {
+		names[i] = strings.TrimSpace(name)
+		c, err := findConfig(names[i])
+		switch {
+		case err == nil:
+			cfgs = append(cfgs, c)
+		case !slices.ContainsFunc(mkConfigs(), mkNamed(names[i])):
+			return nil, nil, fmt.Errorf("%w, nor of the many-keys setup (have %s)", err, mkNames())
 		}
-		out = append(out, c)
 	}
-	return out, nil
+	mks := slices.DeleteFunc(mkConfigs(), func(c mkConfig) bool {
+		return !slices.ContainsFunc(names, func(name string) bool { return mkNamed(name)(c) })
+	})
+	return cfgs, mks, nil
+}
+
+// mkNames lists the many-keys configurations and their implementations.
+func mkNames() string {
+	var names []string
+	for _, c := range mkConfigs() {
+		names = append(names, c.name())
+	}
+	for _, im := range mkImpls {
+		names = append(names, im.name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// mkNamed returns whether a many-keys configuration is called name, or is of
+// the implementation called name.
+func mkNamed(name string) func(mkConfig) bool {
+	return func(c mkConfig) bool { return c.name() == name || c.impl.name == name }
 }
 
 // checkGoroutines warns if goroutines are left over once everything is

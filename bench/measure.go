@@ -59,16 +59,20 @@ func usage(before, after mark) (redisCPU, others float64) {
 var csCalls = map[string]int64{"get": 2, "set": 2}
 
 // measureAll runs every setup of every configuration, f.repeat times, and
-// the critical section alone before each setup. Within a repetition the
-// setups run in order and, in each, the configurations back to back in an
-// order that rotates from one repetition to the next.
+// the critical section alone before each contended setup. Within a
+// repetition the setups run in order, the many-keys setup last, and, in
+// each, the configurations back to back in an order that rotates from one
+// repetition to the next.
 func (h *harness) measureAll(ctx context.Context, res *results) error {
-	p := progress{total: h.f.repeat * len(res.setups) * (len(res.cfgs) + 1)}
+	p := progress{total: h.f.repeat * (len(res.setups)*(len(res.cfgs)+1) + len(res.mkCfgs))}
 	for rep := range h.f.repeat {
 		for _, s := range res.setups {
 			if err := h.measureSetup(ctx, res, s, rep, &p); err != nil {
 				return err
 			}
+		}
+		if err := h.measureManyKeys(ctx, res, rep, &p); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -83,8 +87,7 @@ func (h *harness) measureSetup(ctx context.Context, res *results, s setup, rep i
 		return fmt.Errorf("%s alone: %w", s.name, err)
 	}
 	res.alone[s.name] = append(res.alone[s.name], a)
-	for j := range res.cfgs {
-		i := (j + rep) % len(res.cfgs)
+	return rotated(len(res.cfgs), rep, func(i int) error {
 		cfg := res.cfgs[i]
 		p.log("rep %d, %s: %s", rep+1, s.name, cfg.name)
 		sm, err := h.measure(ctx, cfg, s, keysFor(h.prefix+fmt.Sprintf("%s:%s:%d:", cfg.name, s.name, rep)))
@@ -92,6 +95,18 @@ func (h *harness) measureSetup(ctx context.Context, res *results, s setup, rep i
 			return fmt.Errorf("%s %s: %w", s.name, cfg.name, err)
 		}
 		res.runs[s.name][i] = append(res.runs[s.name][i], sm)
+		return nil
+	})
+}
+
+// rotated calls f with 0 to n-1, beginning at rep mod n, so that the order
+// rotates by one from one repetition to the next; it stops at the first
+// error.
+func rotated(n, rep int, f func(i int) error) error {
+	for j := range n {
+		if err := f((j + rep) % n); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -226,6 +241,20 @@ func (h *harness) prepare(ctx context.Context) error {
 // flushed).
 func (h *harness) del(ctx context.Context, k keys) {
 	h.admin.Del(context.WithoutCancel(ctx), k.lock, k.counter, k.check)
+}
+
+// delMatching removes, on a server given by -redis (where nothing is
+// flushed), the keys whose name contains part: a run's keys and whatever
+// side keys an implementation named after them (SCAN over all the keys).
+func (h *harness) delMatching(ctx context.Context, part string) {
+	if h.owned {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	iter := h.admin.Scan(ctx, 0, "*"+part+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		h.admin.Del(ctx, iter.Val())
+	}
 }
 
 // lostUpdates compares the counter incremented in the critical sections with

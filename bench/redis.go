@@ -213,7 +213,7 @@ func callsField(fields string) (int64, error) {
 // command counts.
 func bookkeeping(cmd string) bool {
 	switch base, _, _ := strings.Cut(cmd, "|"); base {
-	case "info", "hello", "client", "ping", "auth", "select", "config", "flushall":
+	case "info", "dbsize", "hello", "client", "ping", "auth", "select", "config", "flushall":
 		return true
 	}
 	return false
@@ -235,25 +235,33 @@ func statsDelta(before, after map[string]int64) map[string]int64 {
 
 // sentCounter is a go-redis hook that counts the commands a client sends
 // (a pipeline counts each of its commands; go-redis's own retries of one
-// command count once). go-redis writes the commands of a PubSub (SUBSCRIBE,
-// UNSUBSCRIBE, ...) without running the hooks: see subscriptionCmds.
-type sentCounter struct{ n atomic.Int64 }
+// command count once) and its writes: one per command sent alone, one per
+// pipeline (an AutoPipeliner's batch runs the pipeline hook once). go-redis
+// writes the commands of a PubSub (SUBSCRIBE, UNSUBSCRIBE, ...) without
+// running the hooks: see subscriptionCmds.
+type sentCounter struct{ n, writes atomic.Int64 }
+
+// counts returns the commands and writes counted so far.
+func (c *sentCounter) counts() (cmds, writes int64) { return c.n.Load(), c.writes.Load() }
 
 // DialHook leaves dialing alone.
 func (c *sentCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-// ProcessHook counts one command.
+// ProcessHook counts one command, written alone.
 func (c *sentCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.n.Add(1)
+		c.writes.Add(1)
 		return next(ctx, cmd)
 	}
 }
 
-// ProcessPipelineHook counts each command of a pipeline.
+// ProcessPipelineHook counts each command of a pipeline, and the pipeline
+// as one write.
 func (c *sentCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		c.n.Add(int64(len(cmds)))
+		c.writes.Add(1)
 		return next(ctx, cmds)
 	}
 }

@@ -19,7 +19,7 @@ import (
 // per configuration.
 func renderReport(ctx context.Context, f flags, admin *redis.Client, owned bool, res *results) string {
 	var b strings.Builder
-	writeHeader(ctx, &b, f, admin, owned)
+	writeHeader(ctx, &b, f, admin, owned, len(res.setups) > 0)
 	writeSolo(&b, res)
 	sums := make(map[string][]summary)
 	for _, s := range res.setups {
@@ -31,20 +31,24 @@ func renderReport(ctx context.Context, f flags, admin *redis.Client, owned bool,
 	}
 	writeRatios(&b, res, sums)
 	writeNotes(&b, res, sums)
+	writeManyKeys(&b, f, res)
 	if !owned {
 		b.WriteString("\nThe Redis server was given with -redis: its CPU and the commands of other clients in the same windows are counted too.\n")
 	}
 	return b.String()
 }
 
-// writeHeader writes the title, the versions and what a run does.
-func writeHeader(ctx context.Context, b *strings.Builder, f flags, admin *redis.Client, owned bool) {
+// writeHeader writes the title, the versions and what a contended run
+// does, if any ran.
+func writeHeader(ctx context.Context, b *strings.Builder, f flags, admin *redis.Client, owned, contended bool) {
 	fmt.Fprintf(b, "## redislock benchmark\n\n")
 	fmt.Fprintf(b, "%s; %s; redis-server %s (%s); %d CPUs, %s.\n",
 		strings.Join(moduleVersions(), ", "), runtime.Version(), redisVersion(ctx, admin),
 		map[bool]string{true: "started by the harness", false: "given by -redis"}[owned], runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH)
-	fmt.Fprintf(b, "Each run: workers fight for one lock key for %v; critical section = GET counter, GET check, [sleep %v], SET counter n+1, SET check n+1 on a data client of its own; lease %v; an acquisition is given up after %v.\n",
-		f.duration, f.cs, leaseTTL, f.bound)
+	if contended {
+		fmt.Fprintf(b, "Each contended run: workers fight for one lock key for %v; critical section = GET counter, GET check, [sleep %v], SET counter n+1, SET check n+1 on a data client of its own; lease %v; an acquisition is given up after %v.\n",
+			f.duration, f.cs, leaseTTL, f.bound)
+	}
 	if f.repeat > 1 {
 		fmt.Fprintf(b, "Every run repeated %d times: medians, spread = (max - min) / median; counts are totals.\n", f.repeat)
 	}
@@ -54,10 +58,14 @@ func writeHeader(ctx context.Context, b *strings.Builder, f flags, admin *redis.
 // writeSolo writes the table of the uncontended cycles, which also says
 // what each configuration is.
 func writeSolo(b *strings.Builder, res *results) {
+	if len(res.cfgs) == 0 {
+		return
+	}
 	b.WriteString("\n### Uncontended\n\n")
-	table := [][]string{{"impl", "solo µs", "what"}}
+	table := [][]string{{"impl", "solo µs", "allocs/cycle", "what"}}
 	for i, c := range res.cfgs {
-		table = append(table, []string{c.name, fmt.Sprintf("%.0f", float64(res.solo[i])/float64(time.Microsecond)), c.desc})
+		table = append(table, []string{c.name, fmt.Sprintf("%.0f", float64(res.solo[i].perCycle)/float64(time.Microsecond)),
+			fmt.Sprintf("%.1f", res.solo[i].allocs), c.desc})
 	}
 	writeTable(b, table)
 }
@@ -72,34 +80,25 @@ func writeSetup(b *strings.Builder, f flags, s setup, res *results, sums []summa
 		fmt.Fprintf(b, " Other programs on the machine used %s of a core during these runs (median; at most %s).", percent(max(med, 0)), percent(max(most, 0)))
 	}
 	b.WriteString("\n\n")
-	perSecHead, rawHead := "CS/s", "srv CPU µs/acq raw"
-	if f.repeat > 1 {
-		perSecHead, rawHead = perSecHead+" (spread)", rawHead+" (spread)"
-	}
-	table := [][]string{{"impl", perSecHead, "÷ alone", "lock cmds/acq", "srv cmds/acq", "srv CPU µs/acq", rawHead,
+	spreads := f.repeat > 1
+	table := [][]string{{"impl", spreadHead("CS/s", spreads), "÷ alone", "lock cmds/acq", "srv cmds/acq", "srv CPU µs/acq", spreadHead("srv CPU µs/acq raw", spreads),
 		"fair", "hand-off p50/p99 ms", "wait p99/max ms", "timeouts", "gave up", "lost"}}
 	for i, c := range res.cfgs {
-		table = append(table, setupRow(c, sums[i], a, f.repeat > 1))
+		table = append(table, setupRow(c, sums[i], a, spreads))
 	}
 	writeTable(b, table)
 }
 
 // setupRow is a configuration's row in a setup's table (see writeSetup).
 func setupRow(c config, sm summary, a aloneSummary, spreads bool) []string {
-	withSpread := func(v string, spread float64) string {
-		if !spreads {
-			return v
-		}
-		return v + " (" + percent(spread) + ")"
-	}
 	return []string{
 		c.name,
-		withSpread(fmt.Sprintf("%.0f", sm.perSec), sm.perSecSpread),
+		withSpread(fmt.Sprintf("%.0f", sm.perSec), sm.perSecSpread, spreads),
 		ratio(sm.perSec, a.perSec),
 		fmt.Sprintf("%.2f", sm.lockPerAcq),
 		fmt.Sprintf("%.2f", sm.srvPerAcq),
 		us(sm.cpuPerAcq - a.cpuPerCS),
-		withSpread(us(sm.cpuPerAcq), sm.cpuSpread),
+		withSpread(us(sm.cpuPerAcq), sm.cpuSpread, spreads),
 		fmt.Sprintf("%.2f", sm.fairness),
 		fmt.Sprintf("%s / %s", ms(sm.handoffP50), ms(sm.handoffP99)),
 		fmt.Sprintf("%s / %s", ms(sm.waitP99), ms(sm.waitMax)),
@@ -107,6 +106,23 @@ func setupRow(c config, sm summary, a aloneSummary, spreads bool) []string {
 		fmt.Sprint(sm.gaveUp),
 		fmt.Sprint(sm.lost),
 	}
+}
+
+// spreadHead is a column's heading, saying that the column carries spreads
+// if it does.
+func spreadHead(head string, spreads bool) string {
+	if !spreads {
+		return head
+	}
+	return head + " (spread)"
+}
+
+// withSpread appends the spread in brackets to v, if spreads are shown.
+func withSpread(v string, spread float64, spreads bool) string {
+	if !spreads {
+		return v
+	}
+	return v + " (" + percent(spread) + ")"
 }
 
 // writeRatios writes, per setup, each of our configurations' throughput and
@@ -118,7 +134,7 @@ func writeRatios(b *strings.Builder, res *results, sums map[string][]summary) {
 			ours = append(ours, i)
 		}
 	}
-	if len(ours) == 0 || len(ours) == len(res.cfgs) {
+	if len(ours) == 0 || len(ours) == len(res.cfgs) || len(res.setups) == 0 {
 		return
 	}
 	b.WriteString("\n### Ratios: ours ÷ best peer\n\n")
@@ -145,6 +161,9 @@ func writeRatios(b *strings.Builder, res *results, sums map[string][]summary) {
 // writeNotes writes, per configuration and setup, the acquisitions, the
 // server's command mix and anything that went wrong.
 func writeNotes(b *strings.Builder, res *results, sums map[string][]summary) {
+	if len(res.setups) == 0 {
+		return
+	}
 	b.WriteString("\n### Notes\n\nPer configuration and setup: acquisitions (all repetitions), the share re-acquired by the previous holder, hand-offs measured, " +
 		"the share of a core other programs used during the run (median), " +
 		"and commandstats calls per acquisition (Lua-internal calls included, the critical sections' GETs and SETs removed).\n\n")
@@ -170,12 +189,17 @@ func problems(sm summary) string {
 	if sm.torn > 0 {
 		out += fmt.Sprintf(" TORN critical sections (counter and check out of step): %d.", sm.torn)
 	}
-	if len(sm.errors) > 0 {
-		errs := slices.Clone(sm.errors)
-		slices.Sort(errs)
-		out += fmt.Sprintf(" Errors seen: %q.", errs)
+	return out + errorsSeen(sm.errors)
+}
+
+// errorsSeen lists errors, sorted, as a sentence; "" for none.
+func errorsSeen(errs []string) string {
+	if len(errs) == 0 {
+		return ""
 	}
-	return out
+	errs = slices.Clone(errs)
+	slices.Sort(errs)
+	return fmt.Sprintf(" Errors seen: %q.", errs)
 }
 
 // writeTable writes a markdown table with padded columns.
@@ -228,8 +252,13 @@ func percent(x float64) string {
 	return fmt.Sprintf("%.0f%%", 100*x)
 }
 
-// us formats seconds as microseconds.
-func us(sec float64) string { return fmt.Sprintf("%.1f", sec*1e6) }
+// us formats seconds as microseconds, "-" if unknown (NaN).
+func us(sec float64) string {
+	if math.IsNaN(sec) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", sec*1e6)
+}
 
 // ms formats a duration in milliseconds with about 3 significant digits.
 func ms(d time.Duration) string {

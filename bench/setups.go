@@ -29,17 +29,20 @@ func allSetups(f flags) []setup {
 	}
 }
 
-// selectSetups returns the setups named in -setups (all if empty), in report
-// order.
-func selectSetups(f flags) ([]setup, error) {
+// selectSetups returns the contended setups named in -setups (all if
+// empty), in report order, and whether the many-keys setup is named (or
+// -setups is empty).
+func selectSetups(f flags) ([]setup, bool, error) {
 	all := allSetups(f)
 	if f.setups == "" {
-		return all, nil
+		return all, true, nil
 	}
 	want := make(map[string]bool)
 	for _, name := range strings.Split(f.setups, ",") {
 		want[strings.TrimSpace(name)] = true
 	}
+	manyKeys := want[manyKeysSetup]
+	delete(want, manyKeysSetup)
 	var out []setup
 	for _, s := range all {
 		if want[s.name] {
@@ -52,9 +55,9 @@ func selectSetups(f flags) ([]setup, error) {
 		for i, s := range all {
 			names[i] = s.name
 		}
-		return nil, fmt.Errorf("unknown setup %q (have %s)", name, strings.Join(names, ", "))
+		return nil, false, fmt.Errorf("unknown setup %q (have %s, %s)", name, strings.Join(names, ", "), manyKeysSetup)
 	}
-	return out, nil
+	return out, manyKeys, nil
 }
 
 // describe says in words what the setup runs.
