@@ -9,69 +9,103 @@ import (
 
 // try makes TryObtain's single attempt. It takes no place in line, and
 // never takes the key while others wait for it: the Locker's own waiters are
-// seen here (no command is sent then), those of other processes by
-// acquireScript. It also returns how many acquire commands it sent.
+// seen here (no command is sent then), those of other processes by the
+// scripts. A plain lock (see plain.go) is tried with takeScript, and with
+// acquireScript when the key turns out not to be plain. It also returns how
+// many acquire commands it sent.
 func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, int, error) {
 	if l.lines.busy(key) {
 		return nil, 0, fmt.Errorf("%w: %s: this Locker holds it or waits for it", ErrNotObtained, quoteKey(key))
 	}
-	lk, err := l.tryOnce(ctx, key, ttl, o)
-	return lk, 1, err
+	a := l.attemptArgs(key, ttl, o)
+	lk, res, err := l.once(ctx, a, o)
+	if a.plain && err == nil && lk == nil && res.notPlain {
+		a.plain, a.token = false, newToken()
+		lk, res, err = l.once(ctx, a, o)
+		return lk, 2, l.tried(key, res, err)
+	}
+	return lk, 1, l.tried(key, res, err)
 }
 
-// tryOnce sends try's attempt.
-func (l *Locker) tryOnce(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, error) {
-	a := attemptArgs{key: key, token: newToken(), locker: l.id, holder: l.opts.holder, ttl: ttl, fenced: o.fencing, mode: o.mode}
+// tried is the error of a single attempt on key that returned (res, err)
+// and no lock.
+func (l *Locker) tried(key string, res attemptResult, err error) error {
+	if err != nil || res.ours {
+		return err
+	}
+	return notObtained(key, nil, res.pttl)
+}
+
+// attemptArgs returns the arguments of an acquisition's single attempt,
+// with a new token.
+func (l *Locker) attemptArgs(key string, ttl time.Duration, o *options) attemptArgs {
+	return attemptArgs{key: key, token: newToken(), holder: o.holder, ttl: ttl, fenced: o.fencing, mode: o.mode, plain: o.plain()}
+}
+
+// once sends the single attempt a (which takes no place in line), bounded
+// by ctx, and returns the lock when it took the key. When it did not, it
+// returns the attempt's result; when it failed, an error saying so. Either
+// way nothing of a is left behind: a call abandoned at ctx's end, or whose
+// outcome is unknown, gives the key back if it took it (and the call's
+// late reply too), and a token that go-redis sent more than once (see
+// counted) is marked spent, so that a late copy takes nothing.
+func (l *Locker) once(ctx context.Context, a attemptArgs, o *options) (*Lock, attemptResult, error) {
 	start := time.Now()
 	l.chores.begin() // ended when the attempt's outcome is settled
 	res, err := bounded(ctx, l.direct, func(ctx context.Context) (attemptResult, error) {
 		res, err := l.attemptAcked(ctx, a, o.replicas)
 		l.noteErr(err)
 		return res, err
-	}, func(_ attemptResult, err error) {
+	}, func(res attemptResult, err error) {
 		defer l.chores.end()
-		if !refused(err) {
+		if sure := err == nil && !res.resent || res.unsent; !sure || res.ours {
 			// Abandoned at the deadline: undo what it did, and what a
 			// copy that go-redis sent again may still do.
-			l.forget(context.Background(), key, a.token, o.mode, 0)
+			l.forget(context.Background(), a.key, a.token, a.mode, !sure, 0)
 		}
 	})
 	if !isAbandoned(err) {
 		l.chores.end()
 	}
+	if err == nil {
+		l.rtts.add(time.Since(start))
+	}
 	switch {
 	case err == nil && res.ours:
-		lk := newLock(l, key, a.token, o.mode, res.fence, ttl, start)
-		lk.replicas = o.replicas
-		if time.Until(lk.Until()) >= ttl/2 {
-			return lk, nil
+		lk := newLock(l, a.key, a.token, a.mode, res.fence, a.ttl, start)
+		lk.replicas, lk.plain, lk.described, lk.resent = o.replicas, a.plain, a.holder != "", res.resent
+		if time.Until(lk.Until()) >= a.ttl/2 {
+			return lk, res, nil
 		}
-		if err := l.fit(ctx, lk, ttl, false); err != nil {
-			return nil, err
+		if err := l.fit(ctx, lk, a.ttl, false); err != nil {
+			return nil, res, err
 		}
-		return lk, nil
+		return lk, res, nil
 	case err == nil:
-		if l.mayResend(time.Since(start)) {
-			l.forget(ctx, key, a.token, o.mode, forgetWait) // a first copy may still run
+		if res.resent {
+			l.forget(ctx, a.key, a.token, a.mode, true, forgetWait) // a first copy may still run
 		}
-		return nil, notObtained(key, nil)
+		return nil, res, nil
 	case errors.Is(err, ErrNotReplicated):
 		// It took the key: nothing is held once ErrNotReplicated returns.
-		err = released(err, l.forget(ctx, key, a.token, o.mode, l.releaseBound()))
-	case !refused(err) && !isAbandoned(err):
+		err = released(err, l.forget(ctx, a.key, a.token, a.mode, res.resent, l.releaseBound()))
+	case !refused(err) && !isAbandoned(err) && !res.unsent:
 		// The attempt may have run: if it took the key, give it back.
-		l.forget(ctx, key, a.token, o.mode, forgetWait)
+		l.forget(ctx, a.key, a.token, a.mode, true, forgetWait)
 	}
-	return nil, failed("acquire", key, err)
+	return nil, res, failed("acquire", a.key, err)
 }
 
 // queue waits in the key's line until the key is handed or passed to this
 // Obtain, or ctx ends. The line decides what to do next (lines.next); this
 // loop only does it.
 // It also returns how many attempts this Obtain sent.
-func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *options) (_ *Lock, attempts int, _ error) {
+func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *options, held *attemptResult) (_ *Lock, attempts int, _ error) {
 	deadline, _ := ctx.Deadline()
-	ln, w := l.lines.join(key, ttl, deadline, o)
+	ln, w := l.lines.join(key, l.wakeFor(key), ttl, deadline, o)
+	if held != nil {
+		l.lines.heldBefore(ln, *held)
+	}
 	for {
 		s := l.lines.next(l, ln, w)
 		switch {
@@ -103,10 +137,11 @@ func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *op
 			_ = sleep(ctx, w.wake, s.wait)
 		}
 		if ctx.Err() != nil {
-			if last := l.giveUp(ln, w); last != nil {
-				return nil, attempts, fmt.Errorf("redislock: waiting for %s: %w; the last attempt failed: %w", quoteKey(key), ctx.Err(), last)
+			held, last := l.giveUp(ln, w)
+			if last != nil {
+				return nil, attempts, waitFailed(key, ctx.Err(), last)
 			}
-			return nil, attempts, notObtained(key, ctx.Err())
+			return nil, attempts, notObtained(key, ctx.Err(), held)
 		}
 	}
 }
@@ -122,7 +157,7 @@ func (l *Locker) attempt(ln *line, a *attemptArgs) {
 	l.chores.run(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.releaseBound())
 		defer cancel()
-		res, err := runAttempt(ctx, l.client, *a)
+		res, err := runAttempt(ctx, l.client, l.keys, *a)
 		l.lines.attempted(l, ln, a, start, res, err)
 	})
 }
@@ -143,13 +178,13 @@ func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bo
 	for try := 1; ; try++ {
 		fence := fenced && lk.fence == 0
 		id, gen, _ := lk.setting(ttl)
-		r, err := call(ctx, l, func(ctx context.Context) (refreshResult, error) {
-			res, err := l.refresh(ctx, refreshArgs{key: lk.key, token: lk.token, mode: lk.mode, ttl: ttl, gen: gen, fenced: fence}, lk.replicas)
-			lk.settled(id, outcomeOf(res, err))
-			return res, err
+		r, err := call(ctx, l, func(ctx context.Context) (renewReply, error) {
+			r := l.renewOne(ctx, lk.refreshArgs(ttl, gen, fence), lk.replicas)
+			lk.settled(id, r.outcome())
+			return r, r.err
 		})
 		switch {
-		case err == nil && !r.held:
+		case err == nil && r.code == 0:
 			lk.lapse()
 			return failed("acquire", lk.key, errLeaseRanOut)
 		case errors.Is(err, ErrNotReplicated):
@@ -159,7 +194,7 @@ func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bo
 			await(ctx, l.releaseLater(lk), forgetWait)
 			return failed("acquire", lk.key, err)
 		}
-		if r.set {
+		if r.code == 1 {
 			lk.mu.Lock()
 			if fence {
 				lk.fence = r.fence
@@ -191,13 +226,14 @@ var errTTLTooShort = fmt.Errorf("%w: too short for this Redis: after 3 renewals 
 // giveUp ends an Obtain that waited in line: it leaves the line, and
 // releases a lock that was handed or passed to it meanwhile, which passes
 // it on. Neither waits for Redis. It returns the error of the line's last
-// attempt, nil when that found the key held by another owner.
-func (l *Locker) giveUp(ln *line, w *waiter) (last error) {
-	lk, last := l.lines.leave(l, ln, w)
+// attempt, nil when that found the key held by another owner, and then
+// what the latest reply said of the holder's lease left (see blockedFor).
+func (l *Locker) giveUp(ln *line, w *waiter) (held time.Duration, last error) {
+	lk, held, last := l.lines.leave(l, ln, w)
 	if lk != nil {
 		l.releaseLater(lk)
 	}
-	return last
+	return held, last
 }
 
 // releaseLater releases lk in the background, bounded by releaseBound, and
@@ -216,7 +252,7 @@ func (l *Locker) releaseLater(lk *Lock) <-chan struct{} {
 	l.chores.begin()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.releaseBound())
-		n := lk.release(ctx)
+		_, n, _ := l.masters.release(ctx, lk)
 		cancel()
 		l.chores.end() // Shutdown waits for Redis, not for the hook
 		close(done)
@@ -226,12 +262,18 @@ func (l *Locker) releaseLater(lk *Lock) <-chan struct{} {
 }
 
 // notObtained is the error of an acquisition that found the key held by
-// another owner; cause is the ctx error that ended the wait, or nil.
-func notObtained(key string, cause error) error {
-	if cause == nil {
-		return fmt.Errorf("%w: %s is held by another owner", ErrNotObtained, quoteKey(key))
+// another owner; cause is the ctx error that ended the wait, or nil; held
+// is the holder's lease left, as the latest reply said (see blockedFor):
+// -1ms when the key has no expiry.
+func notObtained(key string, cause error, held time.Duration) error {
+	owner := "another owner"
+	if held == -time.Millisecond {
+		owner = "another owner without an expiry: it will not be released by itself (see Locker.Inspect)"
 	}
-	return fmt.Errorf("%w: %s is held by another owner: %w", ErrNotObtained, quoteKey(key), cause)
+	if cause == nil {
+		return fmt.Errorf("%w: %s is held by %s", ErrNotObtained, quoteKey(key), owner)
+	}
+	return fmt.Errorf("%w: %s is held by %s: %w", ErrNotObtained, quoteKey(key), owner, cause)
 }
 
 // forgetWait bounds how long a failing Obtain waits for the clean-up of its
@@ -243,16 +285,16 @@ const (
 )
 
 // forget deletes the key if it holds token (handing it on to the next in
-// line), takes token out of line, and marks it spent, so that a copy of an
-// attempt that go-redis sent again and that runs later takes nothing (see
-// leave). It ignores the outcome: a lease that is left expires by itself.
-// It waits for that at most wait, and not past the end of ctx, and reports
-// whether it is done.
-func (l *Locker) forget(ctx context.Context, key, token string, m mode, wait time.Duration) bool {
+// line), takes token out of line, and with spend marks it spent, so that a
+// copy of an attempt that go-redis sent again and that runs later takes
+// nothing (see leave). It ignores the outcome: a lease that is left
+// expires by itself. It waits for that at most wait, and not past the end
+// of ctx, and reports whether it is done.
+func (l *Locker) forget(ctx context.Context, key, token string, m lockMode, spend bool, wait time.Duration) bool {
 	done := make(chan struct{})
 	l.chores.run(func() {
 		defer close(done)
-		l.leave(key, token, m, true)
+		l.leave(key, token, m, spend)
 	})
 	return await(ctx, done, wait)
 }
@@ -283,14 +325,6 @@ func released(err error, done bool) error {
 		return fmt.Errorf("%w; the lock was released", err)
 	}
 	return fmt.Errorf("%w; the lock's release goes on in the background", err)
-}
-
-// mayResend reports whether go-redis may have sent a command that took d
-// twice: it sends a command again when a read times out (MaxRetries), and
-// the first copy may still run, later. A call shorter than the client's
-// ReadTimeout did not time out.
-func (l *Locker) mayResend(d time.Duration) bool {
-	return l.retries > 0 && l.read > 0 && d >= l.read
 }
 
 // sleep waits until wake, d (0: no limit) or the end of ctx.

@@ -149,7 +149,7 @@ func TestAcquire_SilentNetworkMidWaitIsNotContention(t *testing.T) {
 	ch := obtainAsync(wctx, locker, "k", time.Minute)
 	waitQueued(t, direct, "k", 1)
 	require.Eventually(t, func() bool {
-		return direct.PubSubNumSub(ctx, redislock.WakeChannel(locker)).Val()[redislock.WakeChannel(locker)] == 1
+		return direct.PubSubNumSub(ctx, redislock.WakeChannel(locker, "k")).Val()[redislock.WakeChannel(locker, "k")] == 1
 	}, time.Second, time.Millisecond, "subscribed")
 	time.Sleep(20 * time.Millisecond)
 	x.add("hole-up", "blackhole", "upstream", nil)
@@ -175,7 +175,7 @@ func TestAcquire_LateCopyOfTryObtainTakesNothing(t *testing.T) {
 	holder, err := redislock.New(direct).Obtain(ctx, "k", time.Minute)
 	require.NoError(t, err)
 
-	lc.lagNext(scriptRun(redislock.AcquireScriptHash, "k"))
+	lc.lagNext(scriptRun(redislock.TakeScriptHash, "k"))
 	locker := redislock.New(rdb)
 	_, err = locker.TryObtain(ctx, "k", time.Minute)
 	require.ErrorIs(t, err, redislock.ErrNotObtained)
@@ -187,8 +187,9 @@ func TestAcquire_LateCopyOfTryObtainTakesNothing(t *testing.T) {
 	assert.Zero(t, direct.Exists(ctx, "k").Val(), "the late copy took the free key for a TryObtain that had failed")
 }
 
-// An error reply (the key holds a hash: WRONGTYPE) ends a wait at once with
-// that error, not ErrNotObtained, and writes nothing.
+// Data this library did not write, of a kind no lock can take (a hash),
+// ends a wait at once with ErrWrongKind, not ErrNotObtained, with an error
+// that names both kinds and no script internals, and writes nothing.
 func TestAcquire_ErrorReplyEndsTheWait(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
@@ -198,7 +199,8 @@ func TestAcquire_ErrorReplyEndsTheWait(t *testing.T) {
 		_, err := redislock.New(rdb).Obtain(ctx, "k", time.Second)
 		require.Error(t, err)
 		assert.NotErrorIs(t, err, redislock.ErrNotObtained)
-		assert.Contains(t, err.Error(), "WRONGTYPE")
+		assert.ErrorIs(t, err, redislock.ErrWrongKind)
+		assert.Equal(t, `redislock: acquire "k": the key holds another kind of lock or data: a Redis hash (data this library did not write), where this call asks for an exclusive lock`, err.Error())
 		assert.Less(t, time.Since(start), time.Second, "waited on an error reply")
 		assert.Equal(t, "hash", rdb.Type(ctx, "k").Val())
 		assert.Empty(t, queued(t, rdb, "k"), "no place left in line")
@@ -238,7 +240,7 @@ func TestAcquire_StallLongerThanTTL(t *testing.T) {
 			c, _ := b.client(t)
 			frozen := false
 			c.AddHook(hook{before: func(cmd redis.Cmder) {
-				if !frozen && runs(cmd, redislock.AcquireScriptHash) {
+				if !frozen && acquires(cmd) {
 					frozen = true
 					b.srv.Freeze(t)
 					time.AfterFunc(2*ttl, func() { b.srv.Thaw(t) })
@@ -339,4 +341,132 @@ func TestAcquire_DeadlineDuringAttemptIsContention(t *testing.T) {
 			assert.Zero(t, other.Load())
 		})
 	}
+}
+
+// A string this library did not write (an operator's manual block, another
+// library's lock) is held, as the peers treat it, and never touched. When
+// it has no expiry, the error says why the wait can never end, and Inspect
+// reports it as ModeForeign with no expiry; the value and its missing
+// expiry stay as they were.
+func TestAcquire_ForeignStringWithoutExpiry(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		rdb, _ := b.client(t)
+		require.NoError(t, rdb.Set(ctx, "k", "maintenance by ops", 0).Err())
+		locker := redislock.New(rdb)
+		_, err := locker.TryObtain(ctx, "k", time.Minute)
+		require.ErrorIs(t, err, redislock.ErrNotObtained)
+		assert.Contains(t, err.Error(), "without an expiry: it will not be released by itself")
+		_, err = locker.Obtain(ctx, "k", time.Minute, redislock.WithWait(300*time.Millisecond))
+		require.ErrorIs(t, err, redislock.ErrNotObtained)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Contains(t, err.Error(), "without an expiry: it will not be released by itself")
+		info, err := locker.Inspect(ctx, "k")
+		require.NoError(t, err)
+		assert.Equal(t, redislock.ModeForeign, info.Mode)
+		require.Len(t, info.Holders, 1)
+		assert.Equal(t, "maintenance by ops", info.Holders[0].Token)
+		assert.Negative(t, info.Holders[0].TTL, "no expiry")
+		assert.Equal(t, "maintenance by ops", rdb.Get(ctx, "k").Val(), "the value was touched")
+		assert.Equal(t, time.Duration(-1), rdb.PTTL(ctx, "k").Val(), "an expiry was set")
+		require.NoError(t, locker.Shutdown(ctx))
+	})
+}
+
+// A lock of another owner with an expiry (bsm/redislock's, say) is waited
+// for, like any holder, and taken when it expires.
+func TestAcquire_ForeignLockIsWaitedFor(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	require.NoError(t, rdb.Set(ctx, "k", "a bsm token", 300*time.Millisecond).Err())
+	lk, err := redislock.New(rdb).Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, lk.Token(), rdb.Get(ctx, "k").Val())
+	require.NoError(t, lk.Release(ctx))
+}
+
+// The data of another version of the library (another layout: see the
+// CHANGELOG) is not mistaken for a lock of this one: an acquisition fails
+// at once with ErrWrongKind, naming the layout, and changes nothing.
+func TestAcquire_OtherLayoutFailsClearly(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		rdb, _ := b.client(t)
+		require.NoError(t, rdb.Set(ctx, "k", "rl2:a-token-of-layout-2", time.Minute).Err())
+		for name, call := range map[string]func() error{
+			"TryObtain": func() error { _, err := redislock.New(rdb).TryObtain(ctx, "k", time.Minute); return err },
+			"Obtain":    func() error { _, err := redislock.New(rdb).Obtain(ctx, "k", time.Minute); return err },
+		} {
+			err := call()
+			require.ErrorIs(t, err, redislock.ErrWrongKind, name)
+			assert.Contains(t, err.Error(), "layout 2", name)
+		}
+		assert.Equal(t, "rl2:a-token-of-layout-2", rdb.Get(ctx, "k").Val())
+		assert.Empty(t, queued(t, rdb, "k"))
+	})
+}
+
+// Mixing kinds fails at once with ErrWrongKind, whose text names both kinds
+// and nothing of the scripts: a lock on a semaphore's key, a reader on a
+// semaphore's key, permits on a lock's key; nothing changes.
+func TestAcquire_MixingKindsNamesThem(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		rdb, _ := b.client(t)
+		locker := redislock.New(rdb)
+		sem, err := locker.Obtain(ctx, "sem", time.Minute, redislock.WithPermits(3))
+		require.NoError(t, err)
+		lk, err := locker.Obtain(ctx, "lock", time.Minute)
+		require.NoError(t, err)
+		for _, c := range []struct {
+			key  string
+			opts []redislock.Option
+			want string
+		}{
+			{"sem", nil, "a semaphore of 3 permits, where this call asks for an exclusive lock"},
+			{"sem", []redislock.Option{redislock.WithShared()}, "a semaphore of 3 permits, where this call asks for a reader's lock"},
+			{"lock", []redislock.Option{redislock.WithPermits(2)}, "an exclusive lock, where this call asks for a permit of a semaphore of 2"},
+		} {
+			_, err := locker.Obtain(ctx, c.key, time.Minute, append(c.opts, redislock.WithWait(5*time.Second))...)
+			require.ErrorIs(t, err, redislock.ErrWrongKind)
+			assert.Contains(t, err.Error(), c.want)
+			assert.NotContains(t, err.Error(), "script")
+			assert.NotContains(t, err.Error(), "WRONGTYPE")
+		}
+		info, err := locker.Inspect(ctx, "sem")
+		require.NoError(t, err)
+		assert.Len(t, info.Holders, 1)
+		assert.Equal(t, lk.Token(), rdb.Get(ctx, "lock").Val())
+		require.NoError(t, sem.Release(ctx))
+		require.NoError(t, lk.Release(ctx))
+	})
+}
+
+// When Redis cannot be reached (connection refused), the error of a wait
+// that ends, and of a single attempt, keeps go-redis's network error in
+// the chain (errors.As finds the *net.OpError) beside ctx's, and is not
+// ErrNotObtained. (A wait that ends before go-redis itself gives up, 1.7 s
+// here with its dial retries, says that Redis did not answer.)
+func TestAcquire_RedisDownKeepsTheCause(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens: connection refused
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := ctxT(t, 10*time.Second)
+	locker := redislock.New(rdb)
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Second) // longer than go-redis takes to give up dialing
+	defer cancel()
+	_, err = locker.Obtain(wctx, "k", time.Minute)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, redislock.ErrNotObtained)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	var op *net.OpError
+	assert.True(t, errors.As(err, &op), "no *net.OpError in %q", err)
+	_, err = locker.TryObtain(ctx, "k", time.Minute)
+	require.Error(t, err)
+	assert.True(t, errors.As(err, &op), "no *net.OpError in %q", err)
+	require.NoError(t, locker.Shutdown(ctx))
 }

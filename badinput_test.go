@@ -74,10 +74,26 @@ func TestBadInputTable(t *testing.T) {
 			{"WithBackoff(-1ms, 1s)", try(good, "k", time.Second, redislock.WithBackoff(-time.Millisecond, time.Second)), redislock.ErrInvalidOption},
 			{"WithBackoff(max < min)", obtain(good, "k", time.Second, redislock.WithBackoff(time.Second, time.Millisecond)), redislock.ErrInvalidOption},
 			{"WithLock WithBackoff(max < min)", withLock(good, "k", fn, redislock.WithBackoff(2, 1)), redislock.ErrInvalidOption},
-			{"nil Option", obtain(good, "k", time.Second, nil), redislock.ErrInvalidOption},
-			{"nil Option after valid ones", try(good, "k", time.Second, redislock.WithFencing(), redislock.WithWait(time.Second), nil), redislock.ErrInvalidOption},
-			{"New with nil Option", obtain(redislock.New(rdb, nil), "k", time.Second), redislock.ErrInvalidOption},
-			{"WithLock nil Option", withLock(good, "k", fn, nil), redislock.ErrInvalidOption},
+			// a Locker's options given to a call; one lease per call; one mode per call
+			{"Obtain WithHooks", obtain(good, "k", time.Second, redislock.WithHooks(redislock.Hooks{})), redislock.ErrInvalidOption},
+			{"TryObtain WithHolder", try(good, "k", time.Second, redislock.WithHolder("x")), redislock.ErrInvalidOption},
+			{"WithLock WithSafetyMargin", withLock(good, "k", fn, redislock.WithSafetyMargin(time.Second)), redislock.ErrInvalidOption},
+			{"Obtain WithNamespace", obtain(good, "k", time.Second, redislock.WithNamespace("app:")), redislock.ErrInvalidOption},
+			{"Obtain WithTTL", obtain(good, "k", time.Second, redislock.WithTTL(time.Minute)), redislock.ErrInvalidOption},
+			{"TryObtain WithTTL", try(good, "k", time.Second, redislock.WithTTL(time.Minute)), redislock.ErrInvalidOption},
+			{"WithShared and WithExclusive", obtain(good, "k", time.Second, redislock.WithShared(), redislock.WithExclusive()), redislock.ErrInvalidOption},
+			{"New WithNamespace with a space", obtain(redislock.New(rdb, redislock.WithNamespace("a b")), "k", time.Second), redislock.ErrInvalidOption},
+			// the zero Locker, a nil Locker
+			{"zero Locker Obtain", obtain(&redislock.Locker{}, "k", time.Second), redislock.ErrNilClient},
+			{"nil Locker TryObtain", try(nil, "k", time.Second), redislock.ErrNilClient},
+			{"nil Locker WithLock", withLock(nil, "k", fn), redislock.ErrNilClient},
+			{"nil Locker Inspect", func() error { _, err := (*redislock.Locker)(nil).Inspect(ctx, "k"); return err }, redislock.ErrNilClient},
+			{"zero Locker Shutdown", func() error { return (&redislock.Locker{}).Shutdown(ctx) }, redislock.ErrNilClient},
+			// a nil Lock, a zero Lock
+			{"nil Lock Release", func() error { return (*redislock.Lock)(nil).Release(ctx) }, redislock.ErrNotHeld},
+			{"zero Lock Refresh", func() error { return (&redislock.Lock{}).Refresh(ctx, time.Second) }, redislock.ErrNotHeld},
+			{"nil Lock TTL", func() error { _, err := (*redislock.Lock)(nil).TTL(ctx); return err }, redislock.ErrNotHeld},
+			{"zero Lock KeepAlive", func() error { return context.Cause((&redislock.Lock{}).KeepAlive(ctx)) }, redislock.ErrNotHeld},
 			{"first invalid option wins", obtain(good, "k", time.Second, redislock.WithWait(-1), redislock.WithTTL(0)), redislock.ErrInvalidOption},
 			// a held lock
 			{"Refresh zero ttl", func() error { return held.Refresh(ctx, 0) }, redislock.ErrInvalidTTL},
@@ -111,7 +127,7 @@ func TestBadInputTable(t *testing.T) {
 			})
 		}
 		keys := withoutMarks(t, rdb, rdb.Keys(ctx, "*").Val())
-		assert.ElementsMatch(t, []string{"held", redislock.SideKey("held", "holders")}, keys, "nothing was written")
+		assert.ElementsMatch(t, []string{"held"}, keys, "nothing was written")
 		require.NoError(t, held.Release(ctx))
 	})
 }

@@ -64,15 +64,21 @@ func (c *chores) wait(ctx context.Context) error {
 // that go on after Release returned (its ctx had ended), places in line
 // given up by Obtains that ended, and locks that acquisitions abandoned at
 // their deadline took and give back. Without it, a process that exits right
-// after an Obtain gave up may leave its place in line for up to a second,
-// and be handed the key meanwhile, which then stays taken for that
-// Obtain's ttl. It also ends the Locker's pub/sub subscription, once no
+// after an Obtain gave up may leave its place in line for up to a second
+// (placeLease: see docs/how-it-works.md), and be handed the key meanwhile
+// for that long. It also ends the Locker's pub/sub subscriptions, once no
 // Obtain waits (within 100 ms, or once go-redis gives up on a network that
-// does not answer), and waits for it, so that no goroutine of the Locker is
-// left when it returns nil. Call it before the process exits, after
-// the last Release. The Locker stays usable; leases kept alive are not
-// touched.
+// does not answer), and waits for them, so that no goroutine of the Locker
+// is left when it returns nil. Call it before the process exits, after the
+// last Release, with a deadline: each piece of clean-up goes on until Redis
+// answers or go-redis gives up on it, which with a master that does not
+// answer takes as long as go-redis may take with a command and its
+// retries, and a second (at least 5 s; 15 s with go-redis's default
+// options). The Locker stays usable; leases kept alive are not touched.
 func (l *Locker) Shutdown(ctx context.Context) error {
+	if err := l.usable(); err != nil {
+		return err
+	}
 	if err := l.chores.wait(ctx); err != nil {
 		return err
 	}

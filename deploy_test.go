@@ -367,7 +367,12 @@ func deployCore(t *testing.T, d deployment) {
 		require.NoError(t, p1.Release(ctx))
 		o := <-w
 		require.NoError(t, o.err, "the waiter gets the freed permit")
-		held := rdb.ZRange(ctx, key, 0, -1).Val()
+		info, err := redislock.New(rdb).Inspect(ctx, key)
+		require.NoError(t, err)
+		var held []string
+		for _, h := range info.Holders {
+			held = append(held, h.Token)
+		}
 		assert.ElementsMatch(t, []string{p2.Token(), o.lock.Token()}, held, "the permits' holders")
 		require.NoError(t, p2.Release(ctx))
 		require.NoError(t, o.lock.Release(ctx))
@@ -458,7 +463,7 @@ func deploySideKeysInSlot(t *testing.T, cluster *redistest.Cluster) {
 			requireNoCrossSlot(t, p3o.lock.Release(ctx))
 			snapshot("all released")
 
-			for _, kind := range []string{"", "fence", "queue", "places", "readers", "limit", "gens", "released"} {
+			for _, kind := range []string{"", "fence", "line", "places", "gens"} {
 				assert.True(t, kinds[kind], "no key of kind %q seen: the test did not exercise it (seen %v)", kind, kinds)
 			}
 			requireOnlyMarksOf(t, cc, key, "fence")
@@ -509,7 +514,7 @@ func deployShardFailover(t *testing.T, cluster *redistest.Cluster, kill bool) {
 	})
 	require.Eventually(t, func() bool {
 		return replica.Get(ctx, heldKey).Val() == held.Token() && replica.Get(ctx, keptKey).Val() == kept.Token() &&
-			replica.LLen(ctx, redislock.SideKey(heldKey, "queue")).Val() == 1
+			replica.LLen(ctx, redislock.SideKey(heldKey, "line")).Val() == 1
 	}, 5*time.Second, 10*time.Millisecond, "the replica has the locks")
 
 	// The competitor and the watcher run until the end of the failover
@@ -716,12 +721,13 @@ func clusterKeysOf(t testing.TB, cc *redis.ClusterClient, key string) []clusterK
 	return found
 }
 
-// keysOf returns the keys of the lock key key in c (one node), by SCAN.
+// keysOf returns the keys of the lock key key in c (one node), by SCAN:
+// the key, its side keys, and its slot's fence counter.
 func keysOf(ctx context.Context, c *redis.Client, key string) ([]string, error) {
 	var names []string
 	it := c.Scan(ctx, 0, "*", 1000).Iterator()
 	for it.Next(ctx) {
-		if k := it.Val(); k == key || strings.HasSuffix(k, ":"+key) {
+		if k := it.Val(); k == key || strings.HasSuffix(k, ":"+key) || k == redislock.FenceKey(key) {
 			names = append(names, k)
 		}
 	}
@@ -729,12 +735,15 @@ func keysOf(ctx context.Context, c *redis.Client, key string) ([]string, error) 
 }
 
 // sideKind returns the kind of the key name kept for the lock key key
-// ("fence", "queue", ..., "released"), or "" for the lock key itself.
+// ("fence", "line", ..., "spent"), or "" for the lock key itself.
 func sideKind(key, name string) string {
-	if name == key {
+	switch name {
+	case key:
 		return ""
+	case redislock.FenceKey(key):
+		return "fence"
 	}
-	const infix = "}:redislock:"
+	const infix = "}:rl1:"
 	i := strings.Index(name, infix)
 	if i < 0 {
 		return "unknown:" + name

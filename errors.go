@@ -68,18 +68,88 @@ var (
 	ErrNilFunc = errors.New("redislock: nil fn passed to WithLock")
 )
 
+// ErrWrongKind is returned by Obtain, TryObtain and WithLock when the key
+// holds another kind of lock than the call asks for, or data this library
+// did not write: a semaphore's permits on a lock's key or the other way
+// round, a reader on a semaphore, any lock on a Redis list, hash or set, or
+// data of another version of this library (another data layout: see the
+// CHANGELOG). The error names both kinds. Nothing was changed in Redis,
+// and waiting cannot cure it: use another key. (A string the library did
+// not write is not such data: it is held, as a lock of another owner, and
+// waited for; see ErrNotObtained.)
+var ErrWrongKind = errors.New("redislock: the key holds another kind of lock or data")
+
+// wrongKind is the error of an acquisition in mode m of a key that holds
+// what (see acquireScript); the caller names the key (see failed).
+func wrongKind(what string, m lockMode) error {
+	return fmt.Errorf("%w: %s, where this call asks for %s", ErrWrongKind, kindName(what), m)
+}
+
+// kindName names what a key holds, as acquireScript reports it.
+func kindName(what string) string {
+	switch {
+	case what == "x":
+		return "an exclusive lock"
+	case what == "s":
+		return "a read-write lock's readers"
+	case strings.HasPrefix(what, "permits:"):
+		return "a semaphore of " + strings.TrimPrefix(what, "permits:") + " permits"
+	case what == "string":
+		return "a string this library did not write (another owner's lock)"
+	case strings.HasPrefix(what, "layout"):
+		return "the data of another version of redislock (layout " + strings.TrimPrefix(what, "layout") + "; this one writes layout 1)"
+	}
+	return "a Redis " + what + " (data this library did not write)"
+}
+
 // failed is the error of an operation on key that Redis did not carry out:
 // it could not be reached, or it refused (an error reply), or ctx ended
-// first. It says which operation, cuts long keys, and says what a server
-// too old for this library answered.
+// first. It says which operation, cuts long keys, says what a server too
+// old for this library answered, and keeps err in the chain.
 func failed(op, key string, err error) error {
-	hint := ""
+	e := &opError{op: op, key: key, err: err}
 	if msg := err.Error(); strings.Contains(msg, "unknown command") || strings.Contains(msg, "syntax error") ||
 		strings.Contains(msg, "Unknown Redis command") {
-		hint = " (redislock needs Redis 7.0 or newer)"
+		e.hint = " (redislock needs Redis 7.0 or newer)"
 	}
-	return fmt.Errorf("redislock: %s %s: %w%s", op, quoteKey(key), err, hint)
+	return e
 }
+
+// waitFailed is the error of a wait for key that ctx ended (cause: ctx's
+// error) after its last attempt had failed with last: both stay in the
+// chain.
+func waitFailed(key string, cause, last error) error {
+	var op *opError
+	if errors.As(last, &op) && op.key == key {
+		last = op.err // the key is named once
+	}
+	return &waitError{key: key, cause: cause, last: last}
+}
+
+// A waitError is waitFailed's error.
+type waitError struct {
+	key         string
+	cause, last error
+}
+
+func (e *waitError) Error() string {
+	return "redislock: waiting for " + quoteKey(e.key) + ": " + e.cause.Error() + "; the last attempt failed: " + strings.TrimPrefix(e.last.Error(), "redislock: ")
+}
+
+func (e *waitError) Unwrap() []error { return []error{e.cause, e.last} }
+
+// An opError is failed's error: "redislock: <op> <key>: <err>", with one
+// "redislock:" however many of this package's errors err wraps.
+type opError struct {
+	op, key, hint string
+	err           error
+}
+
+func (e *opError) Error() string {
+	return "redislock: " + e.op + " " + quoteKey(e.key) + ": " + strings.TrimPrefix(e.err.Error(), "redislock: ") + e.hint
+}
+
+func (e *opError) Unwrap() error { return e.err }
 
 // quoteKey quotes key for an error text, cut to a readable length.
 func quoteKey(key string) string {
@@ -91,10 +161,12 @@ func quoteKey(key string) string {
 }
 
 // permanent reports whether err means that trying again will not help: a
-// closed client, or an error reply other than those Redis gives while it
-// loads, fails over or is busy (WRONGTYPE, NOPERM, a script error, ...).
+// closed client, a script's refusal (see refusal), or an error reply other
+// than those Redis gives while it loads, fails over or is busy (NOPERM, a
+// script error, ...).
 func permanent(err error) bool {
-	if errors.Is(err, redis.ErrClosed) {
+	var r refusal
+	if errors.Is(err, redis.ErrClosed) || errors.As(err, &r) {
 		return true
 	}
 	if !refused(err) {
@@ -106,4 +178,22 @@ func permanent(err error) bool {
 		}
 	}
 	return true
+}
+
+// A refusal is the error of a script that ran and changed nothing because
+// the key's state forbids what was asked (another kind of data, a
+// semaphore of another n, a fence counter that cannot issue): waiting will
+// not cure it.
+type refusal struct{ error }
+
+func (r refusal) Unwrap() error { return r.error }
+
+// refused reports whether err says that Redis did not carry out the command:
+// an error reply (wrong type at the key, out of memory, ...), or a script's
+// refusal. Any other error (a reset connection, a timeout) leaves the
+// outcome unknown.
+func refused(err error) bool {
+	var rerr redis.Error
+	var r refusal
+	return errors.As(err, &r) || errors.As(err, &rerr) && !errors.Is(err, redis.Nil)
 }

@@ -372,7 +372,7 @@ func ExampleSlogHooks() {
 	fmt.Println(errors.Is(err, redislock.ErrNotObtained))
 	_ = lock.Release(ctx)
 	// Output:
-	// level=INFO msg="redislock: obtain" key=report outcome=not_obtained attempts=0 fence=0 err="redislock: lock not obtained: \"report\": this Locker holds it or waits for it"
+	// level=INFO msg="redislock: obtain" key=report outcome=not_obtained attempts=1 fence=0 err="redislock: lock not obtained: \"report\" is held by another owner"
 	// true
 }
 

@@ -46,7 +46,7 @@ func TestFencesIncrease(t *testing.T) {
 		plain, err := redislock.New(c1).Obtain(ctx, "plain", time.Minute)
 		require.NoError(t, err)
 		assert.Zero(t, plain.Fence())
-		assert.Equal(t, int64(0), c1.Exists(ctx, "{plain}:redislock:fence:plain").Val())
+		assert.Equal(t, int64(0), c1.Exists(ctx, redislock.FenceKey("plain")).Val())
 		// Per call.
 		fenced, err := redislock.New(c1).Obtain(ctx, "per-call", time.Minute, redislock.WithFencing())
 		require.NoError(t, err)
@@ -185,7 +185,7 @@ func TestFence_FailedIncrementLeavesNoKey(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b *backend) {
 				ctx := ctxT(t, 10*time.Second)
 				rdb, _ := b.client(t)
-				fenceKey := redislock.SideKey("k", "fence")
+				fenceKey := redislock.FenceKey("k")
 				require.NoError(t, rdb.Set(ctx, fenceKey, counter, 0).Err())
 				fenced := redislock.New(rdb, redislock.WithFencing())
 
@@ -235,7 +235,7 @@ func TestFence_ExactUpTo2To53(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 5*time.Second)
 		rdb, _ := b.client(t)
-		fenceKey := redislock.SideKey("k", "fence")
+		fenceKey := redislock.FenceKey("k")
 		require.NoError(t, rdb.Set(ctx, fenceKey, strconv.FormatInt(1<<53-2, 10), 0).Err())
 		locker := redislock.New(rdb, redislock.WithFencing())
 

@@ -158,6 +158,16 @@ func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 
 // runs reports whether cmd runs the script whose SHA1 is hash (EVALSHA, or
 // the EVAL go-redis sends after NOSCRIPT).
+// releases reports whether cmd runs a release script (of a plain lock, or
+// of the line and the family); acquires, an acquire script.
+func releases(cmd redis.Cmder) bool {
+	return runs(cmd, redislock.DropScriptHash) || runs(cmd, redislock.ReleaseScriptHash)
+}
+
+func acquires(cmd redis.Cmder) bool {
+	return runs(cmd, redislock.TakeScriptHash) || runs(cmd, redislock.AcquireScriptHash)
+}
+
 func runs(cmd redis.Cmder, hash string) bool {
 	args := cmd.Args()
 	if len(args) < 2 {
@@ -176,7 +186,7 @@ func runs(cmd redis.Cmder, hash string) bool {
 // queued returns the tokens in key's line in Redis, first in line first.
 func queued(t testing.TB, rdb redis.UniversalClient, key string) []string {
 	t.Helper()
-	q, err := rdb.LRange(context.Background(), redislock.SideKey(key, "queue"), 0, -1).Result()
+	q, err := rdb.LRange(context.Background(), redislock.SideKey(key, "line"), 0, -1).Result()
 	require.NoError(t, err)
 	return q
 }
@@ -213,14 +223,24 @@ func withoutMarks(t testing.TB, rdb redis.UniversalClient, keys []string) []stri
 	t.Helper()
 	var rest []string
 	for _, k := range keys {
-		if strings.Contains(k, "}:redislock:released:") {
+		if strings.Contains(k, "}:rl1:spent:") || isSpentFlag(rdb, k) {
 			pttl := rdb.PTTL(context.Background(), k).Val()
-			require.True(t, pttl > 0 && pttl <= 50*time.Second, "release mark %q expires in %v", k, pttl)
+			require.True(t, pttl > 0 && pttl <= 50*time.Second, "spent mark %q expires in %v", k, pttl)
 			continue
 		}
 		rest = append(rest, k)
 	}
 	return rest
+}
+
+// isSpentFlag reports whether k is a places key that holds nothing but the
+// flag of spent marks (see spendLua).
+func isSpentFlag(rdb redis.UniversalClient, k string) bool {
+	if !strings.Contains(k, "}:rl1:places:") {
+		return false
+	}
+	fields, err := rdb.HKeys(context.Background(), k).Result()
+	return err == nil && len(fields) == 1 && fields[0] == "~spent"
 }
 
 // requireOnlyMarks fails t if Redis holds any key but release marks.
@@ -396,10 +416,7 @@ func lateCopyClient(t *testing.T, b *backend, delay time.Duration) (*redis.Clien
 	lc := &lagConns{delay: delay, ran: make(chan time.Time, 1)}
 	rdb, _ := b.client(t, func(o *redis.Options) { o.Dialer = lc.dial; o.ReadTimeout = 100 * time.Millisecond })
 	ctx := ctxT(t, 5*time.Second)
-	lk, err := redislock.New(rdb).TryObtain(ctx, "warm-up", time.Minute) // the scripts run by EVALSHA from now on
-	require.NoError(t, err)
-	require.NoError(t, lk.Refresh(ctx, time.Minute))
-	require.NoError(t, lk.Release(ctx))
+	require.NoError(t, redislock.LoadScripts(ctx, rdb)) // the scripts run by EVALSHA from now on
 	t.Cleanup(lc.wg.Wait)
 	return rdb, lc
 }
@@ -474,4 +491,11 @@ func (c *slowConn) Write(b []byte) (int, error) {
 	}
 	time.Sleep(c.lag)
 	return c.Conn.Write(b)
+}
+
+// mustClient returns a new go-redis client of b.
+func (b *backend) mustClient(t testing.TB) *redis.Client {
+	t.Helper()
+	c, _ := b.client(t)
+	return c
 }

@@ -77,24 +77,28 @@ func TestInspect(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, redislock.Info{Key: "list", Mode: redislock.ModeOther}, info, "data of another kind: not free")
 		require.NoError(t, checker.Del(ctx, "list").Err())
-		require.NoError(t, checker.Del(ctx, redislock.SideKey("x", "fence")).Err()) // fence counters stay
+		require.NoError(t, checker.Del(ctx, redislock.FenceKey("x")).Err()) // fence counters stay
 		requireOnlyMarks(t, checker)
 	})
 }
 
-// Without WithHolder, the description is the host name and process id;
-// WithHolder("") stores none; bad input (not UTF-8, control or format
-// characters such as a newline, a tab, an escape or a direction override,
-// more than 200 bytes) is refused before any I/O.
+// WithHolder's description is what Inspect reports; without WithHolder,
+// or with WithHolder(""), none is stored; bad input (not UTF-8, control or
+// format characters such as a newline, a tab, an escape or a direction
+// override, more than 200 bytes) is refused before any I/O.
 func TestInspect_HolderDescription(t *testing.T) {
 	b := miniBackend(t)
 	rdb, n := b.client(t)
 	ctx := context.Background()
-	lk, err := redislock.New(rdb).Obtain(ctx, "k", time.Minute)
+	lk, err := redislock.New(rdb, redislock.WithHolder("web-3 pid 4711")).Obtain(ctx, "k", time.Minute)
 	require.NoError(t, err)
 	info, err := redislock.New(rdb).Inspect(ctx, "k")
 	require.NoError(t, err)
-	assert.Regexp(t, `^.+ pid \d+$`, info.Holders[0].Description)
+	assert.Equal(t, "web-3 pid 4711", info.Holders[0].Description)
+	require.NoError(t, lk.Release(ctx))
+	lk, err = redislock.New(rdb).Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), rdb.DBSize(ctx).Val(), "the lock key alone: no description stored")
 	require.NoError(t, lk.Release(ctx))
 
 	lk, err = redislock.New(rdb, redislock.WithHolder("")).Obtain(ctx, "k", time.Minute)

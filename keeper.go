@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,13 @@ func margin(ttl, safety time.Duration) time.Duration {
 //     held for as long as the context is not done, provided the process's
 //     timers fire within the safety margin.
 //
+// Once the context ends with ErrLockLost, nothing extends the lease any
+// more, and the lock is released in the background (for as long as a
+// release goes on: see Lock.Release), so that a lock whose renewals Redis
+// ran but did not confirm in time (WithReplicas: no replica acknowledged
+// them) is free for others as soon as Redis answers, not a lease later;
+// Release then returns ErrNotHeld.
+//
 // Refresh may be called while KeepAlive renews: renewals then follow the
 // Refresh's ttl, and a renewal of the old ttl that Redis runs after the
 // Refresh cannot make the context outlive the lease. Renewal stops when the
@@ -85,6 +93,11 @@ func margin(ttl, safety time.Duration) time.Duration {
 // then on, until it is released or lost, whatever becomes of ctx (other
 // handles may rely on it).
 func (lk *Lock) KeepAlive(ctx context.Context) context.Context {
+	if !lk.usable() {
+		ctx, cancel := context.WithCancelCause(ctx)
+		cancel(ErrNotHeld)
+		return ctx
+	}
 	if lk.joined != nil {
 		return lk.keepJoined(ctx)
 	}
@@ -126,6 +139,7 @@ func (lk *Lock) keep(ctx context.Context, byHandle bool) context.Context {
 		lk.mu.Unlock()
 		if errors.Is(context.Cause(lctx), ErrLockLost) && lk.isLost() {
 			lk.reportLost(lctx, lastErr) // not for a cause ctx had from its parent
+			lk.locker.releaseLater(lk)   // see KeepAlive: given back once Redis answers
 		}
 	})
 	return lctx
@@ -371,7 +385,7 @@ func (k *keeper) due(l *Locker, run *keeperRun) (batches [][]renewalSend, next t
 			continue
 		}
 		if r.node == "" {
-			r.node = l.nodeOf(r.lk.key)
+			r.node = l.nodeOf(r.lk.rkey)
 		}
 		until, _ := r.lk.lease()
 		r.inflight++
@@ -410,7 +424,7 @@ func (k *keeper) renew(l *Locker, sends []renewalSend) {
 			continue
 		}
 		batch, ids = append(batch, s), append(ids, id)
-		calls = append(calls, refreshArgs{key: s.r.lk.key, token: s.r.lk.token, mode: s.r.lk.mode, ttl: ttl, gen: gen})
+		calls = append(calls, s.r.lk.refreshArgs(ttl, gen, false))
 		bound = min(bound, time.Until(until))
 	}
 	if len(batch) == 0 {
@@ -419,7 +433,7 @@ func (k *keeper) renew(l *Locker, sends []renewalSend) {
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), max(bound, renewRetry))
 	defer cancel()
-	replies := l.refreshAll(ctx, calls, batch[0].r.lk.replicas)
+	replies := l.masters.renew(ctx, calls, batch[0].r.lk.replicas)
 	for i, s := range batch {
 		s.r.lk.settled(ids[i], replies[i].outcome())
 		if replies[i].code == 0 {
@@ -480,10 +494,33 @@ func (l *Locker) noteErr(err error) {
 	if err == nil || (refused(err) && !moved(err)) || isCtxErr(err) {
 		return
 	}
+	l.failure.Store(&failure{err: err, at: time.Now()})
 	if c, ok := l.client.(*redis.ClusterClient); ok {
 		c.ReloadState(context.Background())
 	}
 }
+
+// A failure is the latest error a command of a Locker failed with on the
+// network or in go-redis (not a refusal: see noteErr), and when.
+type failure struct {
+	err error
+	at  time.Time
+}
+
+// lastFailure adds to noAnswer, the error of a wait whose attempts Redis did
+// not answer, the failure of the Locker's latest command that failed within
+// the last recentFailure, if any: a wait that ends while its attempt is
+// still in flight (go-redis redials) still says why, with go-redis's error
+// in the chain (errors.As finds a *net.OpError).
+func (l *Locker) lastFailure(noAnswer error) error {
+	if f := l.failure.Load(); f != nil && time.Since(f.at) < recentFailure {
+		return fmt.Errorf("%w (the latest command failed: %w)", noAnswer, f.err)
+	}
+	return noAnswer
+}
+
+// recentFailure is how recent a failure lastFailure reports is.
+const recentFailure = 10 * time.Second
 
 // moved reports whether err is a Cluster's redirection (MOVED, ASK): a
 // node that serves the key's slot no more. go-redis follows it by itself,
@@ -497,12 +534,14 @@ func isCtxErr(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
-// A renewReply is the reply to one renewal: code 1 (renewed), 2 (held,
-// but a command of a later generation had run: not renewed), 0 (lost), or
-// -1 (failed with err: it may have run, or run later).
+// A renewReply is the reply to one renewal: code 1 (renewed, with fence
+// when one was asked for), 2 (held, but a command of a later generation
+// had run: not renewed), 0 (lost), or -1 (failed with err: it may have
+// run, or run later).
 type renewReply struct {
-	code int64
-	err  error
+	code  int64
+	fence int64
+	err   error
 }
 
 // outcome is the reply's outcome for the lease clock.
@@ -529,15 +568,11 @@ func (r renewReply) event() Outcome {
 	return OutcomeError
 }
 
-// refreshAll runs refreshScript (holderRefreshScript) for each of calls in
-// one pipeline, acknowledged by replicas as r asks, and returns a reply for
-// each.
-func (l *Locker) refreshAll(ctx context.Context, calls []refreshArgs, r replicas) []renewReply {
-	if l.quorum != nil {
-		return l.quorum.refreshAll(ctx, calls)
-	}
+// renewAll is deployment.renew: it runs renewScript (holderRefreshScript)
+// for each of calls in one pipeline, acknowledged by replicas as r asks.
+func (l *Locker) renewAll(ctx context.Context, calls []refreshArgs, r replicas) []renewReply {
 	replies := make([]renewReply, len(calls))
-	c, err := l.writer(ctx, calls[0].key, r)
+	c, err := l.writer(ctx, l.keys.lock(calls[0].key), r)
 	if err != nil {
 		for i := range replies {
 			replies[i] = renewReply{code: -1, err: failed("renew", calls[i].key, err)}
@@ -546,22 +581,29 @@ func (l *Locker) refreshAll(ctx context.Context, calls []refreshArgs, r replicas
 	}
 	run := make([]scriptCall, len(calls))
 	for i, a := range calls {
-		run[i] = a.call()
+		run[i] = a.call(l.keys)
 	}
-	cmds, acked, err := runPipeline(ctx, c, run, r)
+	cmds, _, acked, err := runPipeline(ctx, c, run, r)
 	l.noteErr(err)
 	for i, cmd := range cmds {
-		res, err := parseRefresh(cmd)
-		switch {
-		case err != nil:
-			replies[i] = renewReply{code: -1, err: failed("renew", calls[i].key, err)}
-		case res.set && int(acked) < r.n:
-			replies[i] = renewReply{code: -1, err: notReplicated(calls[i].key, r, acked, "the renewal does not count")}
-		case res.set:
-			replies[i] = renewReply{code: 1}
-		case res.held:
-			replies[i] = renewReply{code: 2}
-		}
+		replies[i] = renewReplyOf(cmd, calls[i].key, r, acked)
 	}
 	return replies
+}
+
+// renewReplyOf is the reply to a renewal of key that answered cmd, in a
+// pipeline that acked replicas acknowledged (r asks for r.n).
+func renewReplyOf(cmd *redis.Cmd, key string, r replicas, acked int64) renewReply {
+	res, err := parseRefresh(cmd)
+	switch {
+	case err != nil:
+		return renewReply{code: -1, err: failed("renew", key, err)}
+	case res.set && int(acked) < r.n:
+		return renewReply{code: -1, err: notReplicated(key, r, acked, "the renewal does not count")}
+	case res.set:
+		return renewReply{code: 1, fence: res.fence}
+	case res.held:
+		return renewReply{code: 2}
+	}
+	return renewReply{}
 }

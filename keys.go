@@ -1,45 +1,96 @@
 package redislock
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"strconv"
 	"strings"
 	"sync"
 )
 
-// The kinds of data this package keeps beside a lock key (see sideKey).
-const (
-	fenceKind   = "fence"   // the fence counter (see WithFencing)
-	queueKind   = "queue"   // the tokens of the places in line, oldest first
-	placesKind  = "places"  // each place's deadline, lease and Locker
-	readersKind = "readers" // the shared holders of a read-write lock
-	limitKind   = "limit"   // a semaphore's number of permits
-	gensKind    = "gens"    // the generations of the holders' leases
-	holdersKind = "holders" // the holders' descriptions (see WithHolder)
+// The data this package keeps in Redis is a protocol between the processes
+// of a deployment: every process that locks a key must read and write it
+// the same way. Its version, the layout, is written into everything it
+// stores: tokens, the members that mark a key's holders as a read-write
+// lock's or a semaphore's, and the names of the side keys and channels. A
+// process meets data of another layout as data it did not write (see
+// ErrWrongKind): it waits for a string, as for any foreign lock, and fails
+// at once on anything else; it never changes it. See the CHANGELOG for
+// which releases share a layout.
+const layout = "rl1"
 
-	// releasedKind, followed by ":" and a token, is the release mark of the
-	// lock of that token (see releaseScript).
-	releasedKind = "released"
+// tokenPrefix starts every token (the value of an exclusive lock's key, a
+// holder in a sorted set of holders): a key that holds a string with
+// another start was not written by this layout.
+const tokenPrefix = layout + ":"
+
+// newToken returns a new token: tokenPrefix and 128 random bits from
+// crypto/rand, base64url-encoded (26 bytes in all).
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	var t [len(tokenPrefix) + 22]byte
+	copy(t[:], tokenPrefix)
+	base64.RawURLEncoding.Encode(t[len(tokenPrefix):], b[:])
+	return string(t[:])
+}
+
+// The kinds of side keys this package keeps beside a lock key (see
+// keyspace.side); each is described with the scripts in scripts.go.
+const (
+	lineKind    = "line"    // the tokens of the places in line, first first
+	placesKind  = "places"  // each place's deadline, lease, mode and channel; and the spent mark flag
+	gensKind    = "gens"    // the generations of the holders' leases
+	holdersKind = "holders" // the holders' descriptions (WithHolder)
+	spentKind   = "spent"   // followed by ":" and a token: the token is spent (see spendLua)
 )
 
-// sideKey returns the name of a key this package keeps beside the lock key
-// key, for one kind of data (fenceKind, queueKind, placesKind). Scripts touch it together with
-// the lock key, so Redis Cluster requires it in the lock key's hash slot: its
-// hash tag is the part of key that Redis hashes, or, where that part contains
-// "}" and cannot be a tag, another tag of the same slot. The whole key follows
-// the tag, so different lock keys never share a side key.
-func sideKey(key, kind string) string {
-	h := hashPart(key)
+// A keyspace names the keys and channels a Locker uses in Redis. Its
+// namespace (WithNamespace, "" by default) starts every one of them, so
+// that a Redis ACL user limited to a key and channel pattern (~app:* and
+// &app:*) can use the Locker; Lockers that share locks must use the same
+// one.
+type keyspace struct {
+	ns string
+}
+
+// lock returns the Redis key of the lock on key.
+func (ks keyspace) lock(key string) string { return ks.ns + key }
+
+// side returns the name of a key this package keeps beside the lock at
+// Redis key rkey, the lock on key, for one kind of data. Scripts touch it
+// together with the lock key, so Redis Cluster requires it in the lock
+// key's hash slot: its hash tag is the part of rkey that Redis hashes, or,
+// where that part contains "}" and cannot be a tag, another tag of the
+// same slot. The lock's key follows, so different locks never share a side
+// key.
+func (ks keyspace) side(rkey, key, kind string) string {
+	h := hashPart(rkey)
 	if strings.Contains(h, "}") {
 		h = slotTag(slot(h))
 	}
-	return "{" + h + "}:redislock:" + kind + ":" + key
+	return ks.ns + "{" + h + "}:" + layout + ":" + kind + ":" + key
 }
 
-// wakeChannel is the pub/sub channel on which the Locker with the given id
-// hears that a key was handed to one of its places (see handoffLua).
-func wakeChannel(locker string) string { return wakePrefix + locker }
+// fence returns the fence counter of the lock at Redis key rkey: one per
+// Redis Cluster hash slot (and namespace), shared by the locks whose keys
+// hash to it, so that there are at most 16,384 of them however many keys
+// are locked (see WithFencing).
+func (ks keyspace) fence(rkey string) string {
+	return ks.ns + "{" + slotTag(slot(hashPart(rkey))) + "}:" + layout + ":fence"
+}
 
-const wakePrefix = "redislock:wake:"
+// wake returns the channel on which the Locker with the given id hears
+// that the lock at Redis key rkey was handed to one of its places (see
+// handoffLua). On a Cluster it is a shard channel in rkey's hash slot
+// (SPUBLISH, SSUBSCRIBE: no other shard relays it), one per slot the
+// Locker waits in; elsewhere one channel per Locker.
+func (ks keyspace) wake(id, rkey string, sharded bool) string {
+	if sharded {
+		return ks.ns + "{" + slotTag(slot(hashPart(rkey))) + "}:" + layout + ":wake:" + id
+	}
+	return ks.ns + layout + ":wake:" + id
+}
 
 // hashPart returns the part of key that Redis Cluster hashes to find its
 // slot: the text between the first "{" and the first "}" after it, if that is
@@ -70,17 +121,19 @@ func slot(h string) uint16 {
 	return crc % 16384
 }
 
-var slotTags sync.Map // slot (uint16) -> tag (string)
-
-// slotTag returns a short tag, free of "{" and "}", that hashes to slot s.
-func slotTag(s uint16) string {
-	if t, ok := slotTags.Load(s); ok {
-		return t.(string)
-	}
-	for i := 0; ; i++ {
-		if t := strconv.Itoa(i); slot(t) == s {
-			slotTags.Store(s, t)
-			return t
+// slotTags holds, for each hash slot, the shortest decimal number that
+// hashes to it; it is filled on first use (about 200,000 hashes, once).
+var slotTags = sync.OnceValue(func() *[16384]string {
+	var tags [16384]string
+	for i, left := 0, len(tags); left > 0; i++ {
+		t := strconv.Itoa(i)
+		if s := slot(t); tags[s] == "" {
+			tags[s] = t
+			left--
 		}
 	}
-}
+	return &tags
+})
+
+// slotTag returns a short tag, free of "{" and "}", that hashes to slot s.
+func slotTag(s uint16) string { return slotTags()[s] }

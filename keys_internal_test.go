@@ -14,27 +14,58 @@ func TestSlot(t *testing.T) {
 	}
 }
 
+// A side key is named by the lock key's hash tag, the layout, its kind and
+// the lock key, and is in the lock key's Cluster slot.
 func TestSideKey(t *testing.T) {
 	for key, want := range map[string]string{
-		"order:42":       "{order:42}:redislock:fence:order:42",
-		"{user:1}:cart":  "{user:1}:redislock:fence:{user:1}:cart",
-		"a{b}c{d}":       "{b}:redislock:fence:a{b}c{d}",
-		"only{open":      "{only{open}:redislock:fence:only{open",
-		"{{nested}}:key": "{{nested}:redislock:fence:{{nested}}:key",
+		"order:42":       "{order:42}:rl1:line:order:42",
+		"{user:1}:cart":  "{user:1}:rl1:line:{user:1}:cart",
+		"a{b}c{d}":       "{b}:rl1:line:a{b}c{d}",
+		"only{open":      "{only{open}:rl1:line:only{open",
+		"{{nested}}:key": "{{nested}:rl1:line:{{nested}}:key",
 		"{}order":        "", // empty tag: the whole key is hashed, and it has "}"
 		"a}b":            "",
 		"x{}{y}":         "",
 	} {
-		got := sideKey(key, "fence")
+		got := sideKey(key, "line")
 		if want != "" && got != want {
-			t.Errorf("sideKey(%q) = %q, want %q", key, got, want)
+			t.Errorf("side(%q) = %q, want %q", key, got, want)
 		}
-		checkSideKey(t, key, "fence", got)
+		checkSideKey(t, key, "line", got)
 	}
-	if sideKey("order", "queue") == sideKey("{order}", "queue") {
+	if sideKey("order", "line") == sideKey("{order}", "line") {
 		t.Error("two lock keys share a side key")
 	}
 }
+
+// A namespace starts every key and channel, and keeps side keys and the
+// fence counter in the lock key's slot.
+func TestKeyspace_Namespace(t *testing.T) {
+	ks := keyspace{ns: "app:"}
+	rkey := ks.lock("order:42")
+	for _, name := range []string{rkey, ks.side(rkey, "order:42", lineKind), ks.fence(rkey), ks.wake("id", rkey, false), ks.wake("id", rkey, true)} {
+		if !strings.HasPrefix(name, "app:") {
+			t.Errorf("%q is outside the namespace", name)
+		}
+	}
+	for _, name := range []string{ks.side(rkey, "order:42", lineKind), ks.fence(rkey), ks.wake("id", rkey, true)} {
+		if slot(hashPart(name)) != slot(hashPart(rkey)) {
+			t.Errorf("%q is not in the lock key's slot", name)
+		}
+	}
+}
+
+// slotTag finds a tag for every slot.
+func TestSlotTag(t *testing.T) {
+	for s := uint16(0); s < 16384; s++ {
+		if tag := slotTag(s); slot(tag) != s || strings.ContainsAny(tag, "{}") {
+			t.Fatalf("slotTag(%d) = %q", s, tag)
+		}
+	}
+}
+
+// sideKey is a side key of the lock on key, without a namespace.
+func sideKey(key, kind string) string { return keyspace{}.side(key, key, kind) }
 
 // FuzzSideKey checks that side keys are always in the lock key's hash slot
 // and belong to one lock key each, whatever the key.
@@ -46,9 +77,9 @@ func FuzzSideKey(f *testing.F) {
 		if key == "" {
 			return
 		}
-		sk := sideKey(key, "queue")
-		checkSideKey(t, key, "queue", sk)
-		if other != "" && other != key && sideKey(other, "queue") == sk {
+		sk := sideKey(key, "line")
+		checkSideKey(t, key, "line", sk)
+		if other != "" && other != key && sideKey(other, "line") == sk {
 			t.Errorf("lock keys %q and %q share side key %q", key, other, sk)
 		}
 	})
@@ -56,7 +87,7 @@ func FuzzSideKey(f *testing.F) {
 
 func checkSideKey(t *testing.T, key, kind, sk string) {
 	t.Helper()
-	if !strings.HasSuffix(sk, "}:redislock:"+kind+":"+key) {
+	if !strings.HasSuffix(sk, "}:rl1:"+kind+":"+key) {
 		t.Errorf("sideKey(%q) = %q: not a %s key of it", key, sk, kind)
 	}
 	if a, b := slot(hashPart(key)), slot(hashPart(sk)); a != b {

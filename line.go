@@ -7,6 +7,7 @@ import (
 	mathrand "math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,26 +50,34 @@ import (
 //   - Nothing is orphaned. A line whose waiters all gave up leaves the
 //     queue at once, or releases the key if it was handed it (which hands
 //     it on). If a command carrying its token may still run (one is in
-//     flight, or go-redis may have sent one twice: see mayResend), the
+//     flight, or go-redis sent one twice: see counted), the
 //     clean-up also marks the token spent, and a spent token's attempts
-//     take nothing (see releaseScript), so that no late command puts the
-//     place back. A waiter that dies keeps its place until the place lapses
-//     (placeLease after its last renewal); a hand-off to it meanwhile holds
-//     the key for the waiter's ttl, as if it had died holding the lock.
+//     take nothing (see spendLua), so that no late command puts the place
+//     back. A waiter that dies (killed, or gone without Shutdown) keeps its
+//     place until the place lapses, placeLease after its last renewal, and
+//     a hand-off to it meanwhile holds the key until then at most: a
+//     hand-off gives a place's waiter its lease only up to the place's
+//     deadline (see handoffLua), the time it proved it was alive for. So a
+//     dead waiter costs the line at most placeLease and a round trip, never
+//     its ttl; a live one claims its ttl before its Obtain returns (below).
 //
 // The lease of a handed-over lock is measured from base: when the latest
 // command that confirmed the line's place was sent. A token takes a place
 // once (its first attempt); its later attempts only renew it, and a
 // hand-off removes it for good. So a reply that confirms the place comes
-// from a command that ran before any hand-off to the token, and the
-// hand-off set the lease when it ran: Until = base + lease is never later
-// than Redis's expiry, however late the announcement arrives. Replies for
+// from a command that ran before any hand-off to the token, at some E >=
+// base, which set the place's deadline to E + placeLease (later renewals
+// only move it later); the hand-off, at H > E, set the expiry to
+// min(H + lease, deadline) >= base + min(lease, placeLease): Until = base +
+// min(lease, placeLease) is never later than Redis's expiry, however late
+// the announcement arrives. Replies for
 // a token the line has left (it was granted, or spent) are ignored. A
 // renewal that finds the place gone (it lapsed, or a hand-off to it went
 // unheard until its lease ran out) spends the token: the line takes a new
 // place with a new one, and a late announcement for the old one is
 // ignored. A waiter that gets the lock with less than half its ttl left
-// (the hand-off was long ago, or it woke late), or that wants another
+// (its ttl is over 2*placeLease, the hand-off was long ago, or it woke
+// late), or that wants another
 // lease or a fence than the place asked for (the first waiter of the line
 // changed), claims it before its Obtain returns: a refresh, the lease then
 // measured from when it was sent (see Locker.fit).
@@ -98,21 +107,16 @@ const (
 // errNoAnswer is the error of a wait that no attempt of its line answered.
 var errNoAnswer = errors.New("Redis did not answer")
 
-// errFenceNotIssued is a waiter's error when the key was to be handed to it
-// but its fence could not be issued.
-var errFenceNotIssued = errors.New("the fence counter could not be incremented (it holds something else than an integer, or is at its maximum)")
-
 // lines are the lines of one Locker, by key. One mutex guards every line,
-// every waiter's outcome and the subscription. Lock order: lines.mu before
+// every waiter's outcome and the subscriptions. Lock order: lines.mu before
 // any Lock.mu, never after.
 type lines struct {
 	mu      sync.Mutex
-	byKey   map[string]*line // the lines of exclusive waiters
-	byToken map[string]*line // the lines of one shared or permit waiter each
-	sub     *subscription    // started when a line takes a place; retires when idle
-	subs    []*subscription  // those started, retired or not, that may not have ended
-	quit    bool             // Shutdown waits: the subscription retires once idle, without lingering
-	idle    time.Time        // since when nobody waits, as the subscription saw
+	byKey   map[string]*line         // the lines of exclusive waiters
+	byToken map[string]*line         // the lines of one shared or permit waiter each
+	subs    map[string]*subscription // by channel: started when a line takes a place; retires when idle
+	started []*subscription          // those started, retired or not, that may not have ended
+	quit    bool                     // Shutdown waits: subscriptions retire once idle, without lingering
 }
 
 // placeState is what a line knows of its place in Redis.
@@ -128,27 +132,30 @@ const (
 // It lives while it has waiters, or a hold that it may pass on.
 type line struct {
 	key     string
-	mode    mode      // the mode its waiters want the key in
+	mode    lockMode  // the mode its waiters want the key in
+	wake    wakeup    // where hand-offs to its places are announced
 	own     bool      // a line of one shared or permit waiter (see lines.join)
 	waiters []*waiter // first in line first
 	token   string    // the line's place, and the key's value once handed to it
 
 	place    placeState
-	joined   bool          // an attempt to take a place with token was sent: later ones renew it
-	base     time.Time     // when the latest command that confirmed the place was sent
-	renewAt  time.Time     // when the head renews the place
-	holdEnd  time.Time     // when the holder's lease ends, as the latest reply said; zero: unknown
-	check    bool          // a hand-off may have gone unheard: the head asks Redis
-	handed   *handoff      // the key was handed to token; applied once the place is confirmed
-	inflight int           // attempts carrying token that have not returned
-	sent     time.Time     // when the latest attempt was sent
-	first    time.Time     // when token's first attempt (which took its place) was sent
-	asked    time.Time     // when the first attempt sent since the latest reply was sent; zero: none
-	heard    time.Time     // when the latest reply came (of any token of the line)
-	placedc  chan struct{} // closed when a reply for token comes, or the line leaves it (see placing)
-	gaveUp   string        // the latest token whose place the line gave up (see retoken)
-	suspect  bool          // go-redis may have sent an attempt of token twice (see mayResend)
-	lastErr  error         // the error of the latest attempt; nil when it found the key held
+	joined   bool                   // an attempt to take a place with token was sent: later ones renew it
+	base     time.Time              // when the latest command that confirmed the place was sent
+	renewAt  time.Time              // when the head renews the place
+	holdEnd  time.Time              // when the holder's lease ends, as the latest reply said; zero: unknown
+	held     time.Duration          // the holder's lease left, as the latest reply said (see blockedFor)
+	check    bool                   // a hand-off may have gone unheard: the head asks Redis
+	handed   *handoff               // the key was handed to token; applied once the place is confirmed
+	inflight int                    // attempts carrying token that have not returned
+	sent     time.Time              // when the latest attempt was sent
+	first    time.Time              // when token's first attempt (which took its place) was sent
+	opening  *firstAttempt          // token's first attempt
+	pending  map[string]*time.Timer // given-up tokens whose clean-up waits for their first attempt's reply
+	asked    time.Time              // when the first attempt sent since the latest reply was sent; zero: none
+	heard    time.Time              // when the latest reply came (of any token of the line)
+	placedc  chan struct{}          // closed when a reply for token comes, or the line leaves it (see placing)
+	gaveUp   string                 // the latest token whose place the line gave up (see retoken)
+	lastErr  error                  // the error of the latest attempt; nil when it found the key held
 
 	hold   *Lock       // this Locker's lock on the key, got through the line
 	passes int         // passes left for hold
@@ -188,24 +195,24 @@ func (w *waiter) poke() {
 // waiters). A line that nobody waits in has no place in Redis (see
 // settle): a waiter that comes back later is in line behind those that
 // came meanwhile.
-func (ls *lines) join(key string, ttl time.Duration, deadline time.Time, o *options) (*line, *waiter) {
+func (ls *lines) join(key string, wake wakeup, ttl time.Duration, deadline time.Time, o *options) (*line, *waiter) {
 	w := &waiter{ttl: ttl, fenced: o.fencing, deadline: deadline, wake: make(chan struct{}, 1), min: o.minBackoff, max: o.maxBackoff, poll: o.minBackoff}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ls.quit = false
 	var ln *line
 	if o.mode.exclusive() {
-		ln = ls.lineFor(key)
+		ln = ls.lineFor(key, wake)
 	} else {
-		ln = ls.ownLine(key, o.mode)
+		ln = ls.ownLine(key, wake, o.mode)
 	}
 	ln.waiters = append(ln.waiters, w)
 	return ln, w
 }
 
 // ownLine makes the line of one shared or permit waiter.
-func (ls *lines) ownLine(key string, m mode) *line {
-	ln := &line{key: key, mode: m, own: true, lastErr: errNoAnswer}
+func (ls *lines) ownLine(key string, wake wakeup, m lockMode) *line {
+	ln := &line{key: key, mode: m, wake: wake, own: true, lastErr: errNoAnswer}
 	ls.renewToken(ln)
 	return ln
 }
@@ -217,22 +224,22 @@ func (ls *lines) rejoin(ln *line, w *waiter) *line {
 	defer ls.mu.Unlock()
 	w.lock, w.claim = nil, false
 	if ln.own {
-		ln = ls.ownLine(ln.key, ln.mode)
+		ln = ls.ownLine(ln.key, ln.wake, ln.mode)
 	} else {
-		ln = ls.lineFor(ln.key)
+		ln = ls.lineFor(ln.key, ln.wake)
 	}
 	ln.waiters = append([]*waiter{w}, ln.waiters...)
 	return ln
 }
 
 // lineFor returns key's line, making it if there is none.
-func (ls *lines) lineFor(key string) *line {
+func (ls *lines) lineFor(key string, wake wakeup) *line {
 	ln := ls.byKey[key]
 	if ln == nil {
 		if ls.byKey == nil {
 			ls.byKey = make(map[string]*line)
 		}
-		ln = &line{key: key, lastErr: errNoAnswer}
+		ln = &line{key: key, wake: wake, lastErr: errNoAnswer}
 		ls.renewToken(ln)
 		ls.byKey[key] = ln
 	}
@@ -289,7 +296,7 @@ func (ls *lines) next(l *Locker, ln *line, w *waiter) step {
 		if !ln.holdEnd.IsZero() && ln.holdEnd.Before(due) {
 			due = ln.holdEnd.Add(time.Millisecond)
 		}
-		if poll := ln.base.Add(w.poll); !ls.sub.isArmed() && poll.Before(due) {
+		if poll := ln.base.Add(w.poll); !ls.armedFor(ln) && poll.Before(due) {
 			due = poll
 		}
 		if look := lastLook(ln, l.silence()); !look.IsZero() && look.Before(due) {
@@ -302,7 +309,7 @@ func (ls *lines) next(l *Locker, ln *line, w *waiter) step {
 	if due.After(now) {
 		return step{wait: due.Sub(now)}
 	}
-	if !ls.sub.isArmed() {
+	if !ls.armedFor(ln) {
 		w.poll = nextBackoff(w.poll, w.min, w.max)
 	}
 	ln.check = false
@@ -352,8 +359,12 @@ func (ls *lines) send(l *Locker, ln *line, w *waiter, now time.Time) *attemptArg
 	}
 	if !ln.joined {
 		ln.first = now
+		ln.opening.out.Store(true)
 	}
-	a := &attemptArgs{key: ln.key, token: ln.token, locker: l.id, holder: l.opts.holder, ttl: w.ttl, fenced: w.fenced, mode: ln.mode, place: placeLease, renew: ln.joined}
+	a := &attemptArgs{key: ln.key, token: ln.token, holder: l.opts.holder, ttl: w.ttl, fenced: w.fenced, mode: ln.mode, place: placeLease, renew: ln.joined, wake: ln.wake}
+	if !a.renew {
+		a.first = ln.opening
+	}
 	ln.joined = true
 	return a
 }
@@ -365,9 +376,16 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 	ln.inflight--
 	l.noteErr(err)
 	ln.heard = time.Now()
+	a.first.returned(res, err)
 	if a.token != ln.token {
 		// The line has left the token (it was granted the key, or spent):
-		// nothing of this reply applies.
+		// nothing of this reply applies, but to a clean-up that waits for it.
+		if t := ln.pending[a.token]; t != nil && a.first != nil && t.Stop() {
+			delete(ln.pending, a.token)
+			spend := a.first.mayRun()
+			l.chores.run(func() { l.leave(ln.key, a.token, ln.mode, spend) })
+			l.chores.end() // the wait for the reply
+		}
 		ls.settle(l, ln)
 		return
 	}
@@ -378,9 +396,6 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 	ln.asked = time.Time{}
 	ln.unblock()
 	ln.lastErr = err
-	if (err != nil && !refused(err)) || l.mayResend(now.Sub(start)) {
-		ln.suspect = true
-	}
 	if err != nil && len(ln.waiters) > 0 {
 		h := ln.waiters[0] // waits for its backoff before the next attempt
 		h.retryAt = now.Add(h.poll)
@@ -397,7 +412,7 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 		ls.retoken(l, ln)
 	case err == nil:
 		ls.placed(l, ln, start)
-		ln.holdEnd = time.Time{}
+		ln.holdEnd, ln.held = time.Time{}, res.pttl
 		if res.pttl >= 0 {
 			ln.holdEnd = time.Now().Add(res.pttl)
 		}
@@ -423,11 +438,31 @@ func (ls *lines) placed(l *Locker, ln *line, start time.Time) {
 	ln.place = placed
 	ln.base = maxTime(ln.base, start)
 	ln.renewAt = ln.base.Add(placeRenew)
-	if ls.sub == nil {
-		ls.sub = l.subscribe()
-		ls.subs = append(slices.DeleteFunc(ls.subs, (*subscription).ended), ls.sub)
+	if ls.subs[ln.wake.channel] == nil {
+		if ls.subs == nil {
+			ls.subs = make(map[string]*subscription)
+		}
+		s := l.subscribe(ln.wake)
+		ls.subs[ln.wake.channel] = s
+		ls.started = append(slices.DeleteFunc(ls.started, (*subscription).ended), s)
 	}
 }
+
+// heldBefore records what an attempt made before the line was joined (a
+// plain lock's: see deployment.acquire) found: the key held, with res.pttl
+// left, and Redis answering. ln takes it as its latest reply until one of
+// its own comes.
+func (ls *lines) heldBefore(ln *line, res attemptResult) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ln.heard.IsZero() {
+		ln.heard, ln.lastErr, ln.held = time.Now(), nil, res.pttl
+	}
+}
+
+// armedFor reports whether hand-offs to ln's places are heard: its
+// channel's subscription is confirmed. ls.mu is held.
+func (ls *lines) armedFor(ln *line) bool { return ls.subs[ln.wake.channel].isArmed() }
 
 // grant gives the key, which the line's token holds now, to the head: a
 // new hold, which starts a round of passes. The line takes a new token for
@@ -439,6 +474,7 @@ func (ls *lines) grant(ln *line, lk *Lock) {
 	}
 	w := ln.waiters[0]
 	ln.waiters = ln.waiters[1:]
+	lk.lined, lk.first = true, ln.opening
 	w.claim = w.ttl != lk.clock.ttl || (w.fenced && lk.fence == 0) || time.Until(lk.clock.until) < w.ttl/2
 	lk.clock.ttl = w.ttl
 	w.lock = lk
@@ -448,16 +484,67 @@ func (ls *lines) grant(ln *line, lk *Lock) {
 }
 
 // retoken gives ln a new token, and takes the old one out of Redis's line
-// if it may have a place there, marking it spent if a command of it may
-// still run (see leave).
+// if it may have a place there (see forget).
 func (ls *lines) retoken(l *Locker, ln *line) {
-	if spend := ln.inflight > 0 || ln.suspect; ln.place != noPlace || spend {
-		key, token, m := ln.key, ln.token, ln.mode
-		ln.gaveUp = token
-		l.chores.run(func() { l.leave(key, token, m, spend) })
+	if ln.place != noPlace || ln.inflight > 0 || ln.opening.mayRun() {
+		ln.gaveUp = ln.token
+		ls.forget(l, ln)
 	}
 	ls.renewToken(ln)
 }
+
+// forget cleans up ln's token, which the line leaves, in Redis (see
+// Locker.leave): at once, marking the token spent when its first attempt
+// may run later (see firstAttempt); when that attempt is on its way, once
+// its reply comes, with no mark, since nothing of the token can run after
+// it then — unless the reply takes longer than a silence (Redis stalls),
+// after which it is done at once, with a mark, so that a hand-off to the
+// token's place does not hold the key meanwhile.
+func (ls *lines) forget(l *Locker, ln *line) {
+	key, token, m := ln.key, ln.token, ln.mode
+	if !ln.opening.out.Load() {
+		spend := ln.opening.mayRun()
+		l.chores.run(func() { l.leave(key, token, m, spend) })
+		return
+	}
+	if ln.pending == nil {
+		ln.pending = make(map[string]*time.Timer)
+	}
+	l.chores.begin() // ended when the clean-up is under way
+	ln.pending[token] = time.AfterFunc(l.silence(), func() {
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		if ln.pending[token] != nil {
+			delete(ln.pending, token)
+			l.chores.run(func() { l.leave(key, token, m, true) })
+			l.chores.end()
+		}
+	})
+}
+
+// A firstAttempt is what is known of the first attempt of a token: the one
+// that may take a free key or a place. While it may still run, the token's
+// clean-up must not run before it, and the lock the token becomes must be
+// marked spent when it is released (see spendLua). The token's later
+// attempts (renewals) may run late without harm: they take no free key and
+// no place (see acquireScript). The line and the Lock share it.
+type firstAttempt struct {
+	out    atomic.Bool // sent, and not returned
+	unsure atomic.Bool // it returned, but may run later: its outcome was unknown, or go-redis sent it twice (see counted)
+}
+
+// returned records the attempt's outcome, (res, err); f may be nil (the
+// attempt was not a first one).
+func (f *firstAttempt) returned(res attemptResult, err error) {
+	if f != nil {
+		f.unsure.Store((err != nil && !refused(err) && !res.unsent) || res.resent)
+		f.out.Store(false)
+	}
+}
+
+// mayRun reports whether the attempt may still run; f may be nil (a token
+// with no such attempt).
+func (f *firstAttempt) mayRun() bool { return f != nil && (f.out.Load() || f.unsure.Load()) }
 
 // unblock closes placedc: a Release waiting for the line's place waits no
 // more (see placing).
@@ -477,7 +564,8 @@ func (ls *lines) renewToken(ln *line) {
 		delete(ls.byToken, ln.token)
 		defer func() { ls.byToken[ln.token] = ln }()
 	}
-	ln.token, ln.place, ln.joined, ln.check, ln.handed, ln.holdEnd, ln.suspect = newToken(), noPlace, false, false, nil, time.Time{}, false
+	ln.token, ln.place, ln.joined, ln.check, ln.handed, ln.holdEnd = newToken(), noPlace, false, false, nil, time.Time{}
+	ln.opening = &firstAttempt{}
 	ln.asked = time.Time{} // replies for the token left are not waited for
 	ln.unblock()
 }
@@ -502,7 +590,9 @@ func (ls *lines) settle(l *Locker, ln *line) {
 			ln.waiters[0].fail(errFenceNotIssued)
 		default:
 			ln.handed = nil
-			ls.grant(ln, newLock(l, ln.key, ln.token, ln.mode, h.fence, h.lease, base))
+			lk := newLock(l, ln.key, ln.token, ln.mode, h.fence, h.lease, base)
+			lk.clock.until = base.Add(min(h.lease, placeLease)) // the place's deadline bounds it (see handoffLua)
+			ls.grant(ln, lk)
 		}
 	}
 	if len(ln.waiters) > 0 {
@@ -512,20 +602,18 @@ func (ls *lines) settle(l *Locker, ln *line) {
 	if !ln.detached && !ln.own && ln.handed == nil && holding(ln) {
 		// Nobody waits: the line keeps its hold (for the Locker's next
 		// Obtain to be passed it), not its place in Redis.
-		if ln.place != noPlace || ln.inflight > 0 || ln.suspect {
+		if ln.place != noPlace || ln.inflight > 0 || ln.opening.mayRun() {
 			ls.retoken(l, ln)
 		}
 		ls.keepFor(l, ln)
 		return
 	}
 	ls.detach(ln)
-	if ln.token != "" && (ln.place != noPlace || ln.handed != nil || ln.inflight > 0) {
-		// Clean up now. A command of the token that may still run finds it
-		// spent, and takes nothing; replies to come are for a token the
-		// line has left.
-		key, token, m, spend := ln.key, ln.token, ln.mode, ln.inflight > 0 || ln.suspect
+	if ln.token != "" && (ln.place != noPlace || ln.handed != nil || ln.inflight > 0 || ln.opening.mayRun()) {
+		// Clean up (see forget); replies to come are for a token the line
+		// has left.
+		ls.forget(l, ln)
 		ln.token, ln.place, ln.handed = "", noPlace, nil
-		l.chores.run(func() { l.leave(key, token, m, spend) })
 	}
 }
 
@@ -572,13 +660,14 @@ func (w *waiter) fail(err error) {
 // leave takes w, whose Obtain gives up, out of its line. It returns the lock
 // if one was handed or passed to w meanwhile (the caller releases it, which
 // passes it on), and the error of the line's latest attempt: nil when it
-// found the key held, unless an attempt sent since has gone unanswered
-// for a silence (Redis stopped answering: that is no contention).
-func (ls *lines) leave(l *Locker, ln *line, w *waiter) (*Lock, error) {
+// found the key held (held is then the holder's lease left, as it said),
+// unless an attempt sent since has gone unanswered for a silence (Redis
+// stopped answering: that is no contention).
+func (ls *lines) leave(l *Locker, ln *line, w *waiter) (lk *Lock, held time.Duration, last error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if w.lock != nil {
-		return w.lock, nil
+		return w.lock, 0, nil
 	}
 	for i, x := range ln.waiters {
 		if x == w {
@@ -586,12 +675,16 @@ func (ls *lines) leave(l *Locker, ln *line, w *waiter) (*Lock, error) {
 			break
 		}
 	}
-	last := ln.lastErr
+	last = ln.lastErr
 	if silent := time.Since(ln.asked); last == nil && !ln.asked.IsZero() && silent > l.silence() {
 		last = fmt.Errorf("%w for %v", errNoAnswer, silent.Round(time.Millisecond))
 	}
+	if errors.Is(last, errNoAnswer) {
+		last = l.lastFailure(last)
+	}
+	held = ln.held
 	ls.settle(l, ln)
-	return nil, last
+	return nil, held, last
 }
 
 // pass gives lk to the head of its line, without a round trip, if lk is the
@@ -615,10 +708,7 @@ func (ls *lines) pass(lk *Lock) bool {
 		return false
 	}
 	lk.released = true
-	// The receiver's lease commands start a generation of their own, so that
-	// no late command of the passer can change the lease after them.
-	next := &Lock{locker: lk.locker, key: lk.key, token: lk.token, holds: 1, since: time.Now(),
-		clock: leaseClock{until: lk.clock.until, ttl: w.ttl, gen: lk.clock.gen + 1, genTTL: w.ttl}}
+	next := lk.passed(w.ttl)
 	ln.waiters = ln.waiters[1:]
 	w.lock = next
 	w.poke()
@@ -662,7 +752,7 @@ func (ls *lines) releasing(lk *Lock) (ln *line, leave string) {
 	if len(ln.waiters) > 0 {
 		return nil, ""
 	}
-	if ln.place != noPlace && ln.handed == nil && ln.inflight == 0 && !ln.suspect {
+	if ln.place != noPlace && ln.handed == nil && ln.inflight == 0 && !ln.opening.mayRun() {
 		ls.detach(ln)
 		ln.inflight++ // the place goes in the release's script
 		return ln, ln.token
@@ -686,6 +776,9 @@ func (ls *lines) released(l *Locker, key string, ln *line, res releaseResult, er
 	case err == nil:
 		for _, h := range res.handed {
 			ls.handedTo(l, key, h)
+		}
+		if res.resent { // an earlier run's hand-offs went with its reply
+			ls.ask(key)
 		}
 	case !refused(err):
 		ls.ask(key)
@@ -753,14 +846,17 @@ func (ls *lines) heard(l *Locker, key string, h handoff) {
 	ls.handedTo(l, key, h)
 }
 
-// armed is called by the subscription when it is confirmed (on) or lost
-// (off). Heads poll while it is lost, and ask Redis once it is back, since
-// a hand-off may have gone unheard.
-func (ls *lines) armed(on bool) {
+// armed is called by the subscription s when it is confirmed (on) or lost
+// (off). Heads of lines on its channel poll while it is lost, and ask
+// Redis once it is back, since a hand-off may have gone unheard.
+func (ls *lines) armed(s *subscription, on bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	for _, m := range []map[string]*line{ls.byKey, ls.byToken} {
 		for _, ln := range m {
+			if ln.wake.channel != s.wake.channel {
+				continue
+			}
 			if on && ln.place != noPlace {
 				ln.check = true
 			}
@@ -776,7 +872,7 @@ func (ls *lines) armed(on bool) {
 func (ls *lines) subscriptionEnded(ctx context.Context) error {
 	ls.mu.Lock()
 	ls.quit = true
-	subs := slices.Clone(ls.subs)
+	subs := slices.Clone(ls.started)
 	ls.mu.Unlock()
 	for _, s := range subs {
 		select {
@@ -788,29 +884,28 @@ func (ls *lines) subscriptionEnded(ctx context.Context) error {
 	return nil
 }
 
-// retire reports whether the subscription s may stop: nobody has waited
-// for linger. It is then no longer the Locker's subscription.
+// retire reports whether the subscription s may stop: no line on its
+// channel has had a waiter for linger. It is then no longer the
+// subscription of its channel.
 func (ls *lines) retire(s *subscription, linger time.Duration) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	for _, ln := range ls.byKey {
-		if len(ln.waiters) > 0 {
-			ls.idle = time.Time{}
-			return false
+	for _, m := range []map[string]*line{ls.byKey, ls.byToken} {
+		for _, ln := range m {
+			if ln.wake.channel == s.wake.channel && (len(ln.waiters) > 0 || ln.own) {
+				s.idle = time.Time{}
+				return false
+			}
 		}
 	}
-	if len(ls.byToken) > 0 {
-		ls.idle = time.Time{}
+	if s.idle.IsZero() {
+		s.idle = time.Now()
+	}
+	if time.Since(s.idle) < linger && !ls.quit {
 		return false
 	}
-	if ls.idle.IsZero() {
-		ls.idle = time.Now()
-	}
-	if time.Since(ls.idle) < linger && !ls.quit {
-		return false
-	}
-	if ls.sub == s {
-		ls.sub, ls.idle = nil, time.Time{}
+	if ls.subs[s.wake.channel] == s {
+		delete(ls.subs, s.wake.channel)
 	}
 	return true
 }
@@ -818,17 +913,17 @@ func (ls *lines) retire(s *subscription, linger time.Duration) bool {
 // leave takes token out of key's line in Redis (a place a line gave up), or
 // releases the key if token holds it (it was handed to that place, or
 // taken by an acquisition that gave up), which hands it on. With spend, it
-// also marks the token spent (see releaseScript), for as long as go-redis
-// may still send a command of it: a copy of an attempt that runs later
-// takes nothing.
-func (l *Locker) leave(key, token string, m mode, spend bool) {
+// also marks the token spent (see spendLua), for as long as go-redis may
+// still send a command of it: a copy of an attempt that runs later takes
+// nothing.
+func (l *Locker) leave(key, token string, m lockMode, spend bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
 	defer cancel()
-	a := releaseArgs{key: key, token: token, locker: l.id, mode: m}
+	a := releaseArgs{key: key, token: token, mode: m, wake: l.wakeFor(key).channel}
 	if spend {
-		a.mark, a.spend = l.releaseMark(), true
+		a.spend = l.spendFor()
 	}
-	res, err := runRelease(ctx, l.client, a)
+	res, err := runRelease(ctx, l.client, l.keys, a)
 	l.lines.released(l, key, nil, res, err)
 }
 

@@ -7,18 +7,30 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // A Lock is one acquisition of a key. It is safe for concurrent use. A Lock
-// is only ever made by a Locker; its zero value is not usable.
+// is only ever made by a Locker; a nil *Lock, or a zero Lock, is not held:
+// Release, Refresh and TTL return ErrNotHeld, KeepAlive a context ended
+// with ErrNotHeld, and Key, Token, Fence and Until their zero values.
 type Lock struct {
 	locker *Locker
 	key    string
+	rkey   string // the lock's key in Redis (see keyspace.lock)
 	token  string
-	mode   mode
+	mode   lockMode
 	fence  int64
+
+	// What the acquisition wrote, for the release to undo; set before the
+	// Lock is returned.
+	plain     bool // taken by takeScript: while nothing else happens, dropScript releases it
+	described bool // a holder description was stored (WithHolder)
+	lined     bool // got through the line: others likely wait (see Locker.releaseHeld)
+	// A command that could take the key for the token may still run when
+	// resent (go-redis sent the acquire twice) or first.mayRun(): its
+	// release then marks the token spent (see spendLua).
+	resent bool
+	first  *firstAttempt
 
 	replicas replicas                // that must acknowledge its writes (WithReplicas); set before the Lock is returned
 	joined   *Lock                   // the acquisition this handle joined (see reentrant.go), or nil
@@ -35,12 +47,24 @@ type Lock struct {
 	lostWhy   error      // why the lock is known to be lost (see markLost), or nil
 	lost      bool       // found lost while no Release was under way (see renewal.lose)
 	lostSeen  bool       // the Lost hook was called
+	gens      bool       // a command of a generation above 0 was sent: Redis may keep its generation (see leaseClock)
+	unsure    bool       // a release's outcome was unknown: an earlier run may have released it (see releasedBy)
 }
 
 // newLock returns the lock on key held by token in mode since a command
 // sent at start set its lease to ttl.
-func newLock(l *Locker, key, token string, m mode, fence int64, ttl time.Duration, start time.Time) *Lock {
-	return &Lock{locker: l, key: key, token: token, mode: m, fence: fence, holds: 1, since: start, clock: leaseClock{until: start.Add(ttl), ttl: ttl, genTTL: ttl}}
+func newLock(l *Locker, key, token string, m lockMode, fence int64, ttl time.Duration, start time.Time) *Lock {
+	return &Lock{locker: l, key: key, rkey: l.keys.lock(key), token: token, mode: m, fence: fence, holds: 1, since: start,
+		clock: leaseClock{until: start.Add(ttl), ttl: ttl, genTTL: ttl}}
+}
+
+// passed returns the acquisition that a pass of lk (see lines.pass) gives
+// a waiter whose ttl is ttl: the same hold in Redis, with a lease clock of
+// its own whose commands start a generation of their own, so that no late
+// command of the passer can change the lease after them. lk.mu is held.
+func (lk *Lock) passed(ttl time.Duration) *Lock {
+	return &Lock{locker: lk.locker, key: lk.key, rkey: lk.rkey, token: lk.token, plain: lk.plain, lined: lk.lined, resent: lk.resent, first: lk.first,
+		holds: 1, since: time.Now(), clock: leaseClock{until: lk.clock.until, ttl: ttl, gen: lk.clock.gen + 1, genTTL: ttl}}
 }
 
 // A leaseClock is the end of a lock's lease as this process knows it, on
@@ -216,6 +240,7 @@ func (lk *Lock) setting(ttl time.Duration) (id uint64, gen int64, ok bool) {
 	}
 	sent := time.Now()
 	id, gen, moved := lk.clock.send(sent, ttl)
+	lk.gens = lk.gens || gen > 0
 	r := lk.renewal
 	if moved {
 		lk.moveExpiry()
@@ -235,26 +260,25 @@ func (lk *Lock) settled(id uint64, out outcome) {
 	}
 }
 
-// outcomeOf is the outcome of a refresh that returned (res, err).
-func outcomeOf(res refreshResult, err error) outcome {
-	switch {
-	case err != nil && !refused(err):
-		return outcomeUnknown
-	case err == nil && res.set:
-		return outcomeSet
+// Key returns the key the lock is held on ("" for a nil Lock).
+func (lk *Lock) Key() string {
+	if lk == nil {
+		return ""
 	}
-	return outcomeNotSet
+	return lk.key
 }
-
-// Key returns the key the lock is held on.
-func (lk *Lock) Key() string { return lk.key }
 
 // Token returns the random token stored at the key while the lock is held.
 // A lock that a Locker passes from one of its Obtains to the next without a
 // round trip (see Obtain) keeps the token: the key is held by the same hold
 // in Redis. Locks handed over by Redis, and fenced locks, always have a
 // token of their own.
-func (lk *Lock) Token() string { return lk.token }
+func (lk *Lock) Token() string {
+	if lk == nil {
+		return ""
+	}
+	return lk.token
+}
 
 // Until returns when the lease ends as far as this process can tell: the
 // moment the command that set the lease (the acquiring or last successful
@@ -266,11 +290,17 @@ func (lk *Lock) Token() string { return lk.token }
 // machines aside). The lock is certainly not held after Until unless
 // refreshed in time.
 func (lk *Lock) Until() time.Time {
+	if !lk.usable() {
+		return time.Time{}
+	}
 	a := lk.acquisition()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.clock.until
 }
+
+// usable reports whether lk was made by a Locker (not nil, not a zero Lock).
+func (lk *Lock) usable() bool { return lk != nil && lk.locker != nil }
 
 // Release releases the lock: it deletes the key if it still holds this
 // lock's token, and hands the key to the next in line if anyone waits. When
@@ -278,22 +308,27 @@ func (lk *Lock) Until() time.Time {
 // Obtain), Release passes the lock to it without contacting Redis. Release
 // stops KeepAlive's renewals first.
 //
-// It returns nil when it released the lock, also when Redis ran it but its
-// reply was lost and go-redis (or the caller) sent it again: a mark kept
-// as long as go-redis may take with a command (at least 10 s) tells the
-// second run that the first one released it. It returns ErrNotHeld when the
+// It returns nil when it released the lock. It returns ErrNotHeld when the
 // key no longer held the lock: its lease ran out, or another client took
 // the key (a Lock released once returns ErrNotHeld at once, without
-// contacting Redis).
+// contacting Redis). A release whose reply was lost, and that go-redis (or
+// the caller) sent again, finds the key gone by its own first run: it
+// returns nil when that second run's reply came before Until (the lease
+// could not have run out), and else ErrNotHeld, saying the outcome is
+// unknown (see docs/guarantees.md).
 //
 // Release returns when ctx is done even if Redis does not answer; the
 // release then goes on in the background, for as long as go-redis may take
 // with it, and the error says so. A ctx already done (a request's, ended:
 // the usual `defer lock.Release(ctx)`) releases in the background the same
 // way, so that no lock is left behind. Other errors come from Redis: the
-// release may or may not have run, and Release may be called again (a
-// release that ran is recognized by its mark).
-func (lk *Lock) Release(ctx context.Context) error { return lk.endWith(ctx, false) }
+// release may or may not have run, and Release may be called again.
+func (lk *Lock) Release(ctx context.Context) error {
+	if !lk.usable() {
+		return ErrNotHeld
+	}
+	return lk.endWith(ctx, false)
+}
 
 // endWith ends lk's handle, and releases the acquisition with its last
 // handle. A release that Redis failed leaves the handle open, so that
@@ -336,28 +371,7 @@ func (lk *Lock) end(ctx context.Context) error {
 		l.releaseLater(lk)
 		return background(lk.key, err)
 	}
-	if l.quorum != nil {
-		return lk.endQuorum(ctx)
-	}
-	if placing := l.lines.placing(lk); placing != nil {
-		// A waiter of this Locker is between two places in line: let its
-		// place reach Redis first (a round trip), so that the key does not
-		// go free for others to take meanwhile.
-		await(ctx, placing, l.silence())
-	}
-	ln, leave := l.lines.releasing(lk)
-	l.chores.begin()
-	res, err := detached(ctx, l.releaseBound(), func(dctx context.Context) (releaseResult, error) {
-		defer l.chores.end() // it goes on when the caller stops waiting
-		res, err := runRelease(dctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, mode: lk.mode, leave: leave, mark: l.releaseMark()})
-		l.noteErr(err)
-		l.lines.released(l, lk.key, ln, res, err)
-		return res, err
-	}, func(res releaseResult, err error) {
-		if err == nil { // the caller stopped waiting: reported when it is done
-			l.handedOff(ctx, lk.key, false, res.handoffs)
-		}
-	})
+	held, handoffs, err := l.masters.release(ctx, lk)
 	switch {
 	case isAbandoned(err):
 		lk.markReleased()
@@ -371,28 +385,112 @@ func (lk *Lock) end(ctx context.Context) error {
 	case err != nil:
 		lk.mu.Lock()
 		lk.releasing = false // Release may be called again
+		lk.unsure = lk.unsure || !refused(err)
 		lk.mu.Unlock()
 		return failed("release", lk.key, err)
 	}
 	lk.markReleased() // held or not, it is not ours any more
-	l.handedOff(ctx, lk.key, false, res.handoffs)
-	if !res.released {
-		return ErrNotHeld
+	l.handedOff(ctx, lk.key, false, handoffs)
+	if !held {
+		return lk.notHeld()
 	}
 	return nil
 }
 
+// notHeld is the error of a release of lk that did not find it held.
+func (lk *Lock) notHeld() error {
+	lk.mu.Lock()
+	unsure := lk.unsure
+	lk.mu.Unlock()
+	if unsure {
+		return fmt.Errorf("%w: %s: an earlier run of this release may have released it (its reply was lost) before the lease ran out, or the lease ran out first", ErrNotHeld, quoteKey(lk.key))
+	}
+	return ErrNotHeld
+}
+
+// releasedBy reports whether the release of lk whose run answered held
+// (it found the key held by lk, and released it) and resent (go-redis sent
+// it more than once) released lk: also when it did not find it held, but
+// an earlier run of this release may have released it (this run was sent
+// again, or an earlier Release of lk had an unknown outcome), and this
+// run's reply came before Until. Until is never later than the key's
+// expiry (see leaseClock), so the key did not expire before this run: it
+// was deleted, by the earlier run, or by a fault this process cannot tell
+// from it (a failover that lost the key, FLUSHALL, eviction, another
+// client's DEL). Reported as released, since it most likely was; the same
+// without a reply in time is not (see notHeld).
+func (lk *Lock) releasedBy(held, resent bool) bool {
+	if held {
+		return true
+	}
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	lk.unsure = lk.unsure || resent
+	return lk.unsure && time.Now().Before(lk.clock.until)
+}
+
 // releaseBound is how long a release goes on in the background once its
 // caller stopped waiting: long enough for go-redis to send it again after a
-// timeout. releaseMark is how long a release leaves its mark (see
-// releaseScript), which Redis writes when it first runs the release: as
-// long as that, at least 10 s, covers every copy go-redis sends of it,
-// and of a command sent before it. A mark is a key of about 100 bytes: a
-// Locker that releases 1,000 locks a second through Redis keeps about
-// 25,000 of them with default options.
+// timeout. spendFor is how long a spent token's mark lasts (see spendLua):
+// as long as that, at least 10 s, covers every copy go-redis sends of a
+// command, and of one sent before it.
 func (l *Locker) releaseBound() time.Duration { return max(forgetTimeout, l.retry+time.Second) }
 
-func (l *Locker) releaseMark() time.Duration { return max(10*time.Second, l.releaseBound()) }
+func (l *Locker) spendFor() time.Duration { return max(10*time.Second, l.releaseBound()) }
+
+// releaseHeld is deployment.release: it releases lk through Redis, with
+// dropScript when lk is still plain (nobody waits for the key, nothing but
+// the key was written), and else with releaseScript, which hands the key
+// on and cleans up the side keys. When ctx ends first, the release goes on
+// in the background (see detached), and its hand-offs are reported when it
+// is done.
+func (l *Locker) releaseHeld(ctx context.Context, lk *Lock) (held bool, handoffs int, err error) {
+	if placing := l.lines.placing(lk); placing != nil {
+		// A waiter of this Locker is between two places in line: let its
+		// place reach Redis first (a round trip), so that the key does not
+		// go free for others to take meanwhile.
+		await(ctx, placing, l.silence())
+	}
+	ln, leave := l.lines.releasing(lk)
+	l.chores.begin()
+	res, err := detached(ctx, l.releaseBound(), func(dctx context.Context) (releaseResult, error) {
+		defer l.chores.end() // it goes on when the caller stops waiting
+		res, err := l.runReleaseOf(dctx, lk, leave)
+		l.noteErr(err)
+		l.lines.released(l, lk.key, ln, res, err)
+		return res, err
+	}, func(res releaseResult, err error) {
+		if err == nil { // the caller stopped waiting: reported when it is done
+			l.handedOff(ctx, lk.key, false, res.handoffs)
+		}
+	})
+	if err != nil {
+		return false, 0, err
+	}
+	return lk.releasedBy(res.released, res.resent), res.handoffs, nil
+}
+
+// runReleaseOf runs lk's release: dropScript while lk is plain, else (or
+// when dropScript finds the key is not plain any more) releaseScript,
+// which also takes leave out of line and marks a suspect token spent.
+func (l *Locker) runReleaseOf(ctx context.Context, lk *Lock, leave string) (releaseResult, error) {
+	lk.mu.Lock()
+	plain, suspect := lk.plain && !lk.lined && !lk.gens && leave == "", lk.resent || lk.first.mayRun()
+	lk.mu.Unlock()
+	if plain && !suspect {
+		s := scriptCall{dropScript, []string{lk.rkey, l.keys.side(lk.rkey, lk.key, placesKind)}, []any{&counted{s: lk.token}}}
+		cmd, sent := s.run(ctx, l.client)
+		n, err := cmd.Int64()
+		if err != nil || n >= 0 {
+			return releaseResult{released: n == 1, resent: sent.resent()}, err
+		}
+	}
+	a := releaseArgs{key: lk.key, token: lk.token, mode: lk.mode, leave: leave, wake: l.wakeFor(lk.key).channel}
+	if suspect {
+		a.spend = l.spendFor()
+	}
+	return runRelease(ctx, l.client, l.keys, a)
+}
 
 // beginRelease claims lk's release for the caller: false when lk is
 // released, or another Release of it is under way.
@@ -491,30 +589,17 @@ func (lk *Lock) markReleased() {
 	lk.mu.Unlock()
 }
 
-// release releases lk through Redis, bounded by ctx, without the checks of
-// Release: for locks handed or passed to an Obtain that gave up meanwhile,
-// and for Releases that go on in the background. It returns how many
-// waiters it handed the key to.
-func (lk *Lock) release(ctx context.Context) (handoffs int) {
-	l := lk.locker
-	if l.quorum != nil {
-		_, _ = l.quorum.release(ctx, lk)
-		return 0
-	}
-	ln, leave := l.lines.releasing(lk)
-	res, err := runRelease(ctx, l.client, releaseArgs{key: lk.key, token: lk.token, locker: l.id, mode: lk.mode, leave: leave, mark: l.releaseMark()})
-	l.lines.released(l, lk.key, ln, res, err)
-	return res.handoffs
-}
-
 // Refresh extends the lease to ttl from now if the lock is still held. It
 // returns ErrNotHeld when it is not (see Release); nothing is changed in
 // Redis then. An invalid ttl returns ErrInvalidTTL without contacting Redis.
 func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if !lk.usable() {
+		return ErrNotHeld
+	}
 	if ttl < time.Millisecond {
 		return fmt.Errorf("%w: must be at least 1ms (got %v)", ErrInvalidTTL, ttl)
 	}
-	if err := lk.locker.quorum.checkTTL(ttl); err != nil {
+	if err := lk.locker.masters.check(&options{}, ttl); err != nil {
 		return err
 	}
 	if lk.handleEnded() {
@@ -526,15 +611,15 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if !ok {
 		return ErrNotHeld
 	}
-	res, err := call(ctx, lk.locker, func(ctx context.Context) (refreshResult, error) {
-		res, err := lk.locker.refresh(ctx, refreshArgs{key: lk.key, token: lk.token, mode: lk.mode, ttl: ttl, gen: gen}, lk.replicas)
-		lk.settled(id, outcomeOf(res, err))
-		return res, err
+	r, err := call(ctx, lk.locker, func(ctx context.Context) (renewReply, error) {
+		r := lk.locker.renewOne(ctx, lk.refreshArgs(ttl, gen, false), lk.replicas)
+		lk.settled(id, r.outcome())
+		return r, r.err
 	})
 	if err != nil {
 		return failed("refresh", lk.key, err)
 	}
-	if !res.held {
+	if r.code == 0 {
 		lk.markLost(ctx)
 		return ErrNotHeld
 	}
@@ -542,18 +627,26 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
+// refreshArgs returns the arguments of a command that sets lk's lease to
+// ttl, of generation gen, issuing a fence when fenced.
+func (lk *Lock) refreshArgs(ttl time.Duration, gen int64, fenced bool) refreshArgs {
+	return refreshArgs{key: lk.key, token: lk.token, mode: lk.mode, ttl: ttl, gen: gen, fenced: fenced, described: lk.described}
+}
+
+// renewOne sets the lease of one lock (see masters.renew).
+func (l *Locker) renewOne(ctx context.Context, a refreshArgs, r replicas) renewReply {
+	return l.masters.renew(ctx, []refreshArgs{a}, r)[0]
+}
+
 // TTL returns the remaining lease as Redis sees it, or ErrNotHeld when the
 // lock is no longer held.
 func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
-	if lk.handleEnded() {
+	if !lk.usable() || lk.handleEnded() {
 		return 0, ErrNotHeld
 	}
 	lk = lk.acquisition()
 	left, err := call(ctx, lk.locker, func(ctx context.Context) (time.Duration, error) {
-		if q := lk.locker.quorum; q != nil {
-			return q.pttl(ctx, lk.key, lk.token)
-		}
-		return runPTTL(ctx, lk.locker.client, lk.key, lk.token, lk.mode)
+		return lk.locker.masters.pttl(ctx, lk)
 	})
 	if err != nil {
 		return 0, failed("read the lease of", lk.key, err)
@@ -588,12 +681,4 @@ func (lk *Lock) isReleased() bool {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
 	return lk.released
-}
-
-// refused reports whether err is an error reply from Redis (wrong type at the
-// key, out of memory, ...): Redis answered and did not run the command. Any
-// other error (a reset connection, a timeout) leaves the outcome unknown.
-func refused(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr) && !errors.Is(err, redis.Nil)
 }

@@ -27,7 +27,7 @@ func TestObtainRelease(t *testing.T) {
 		lock, err := locker.Obtain(ctx, "order:42", 10*time.Second)
 		require.NoError(t, err)
 		assert.Equal(t, "order:42", lock.Key())
-		assert.Len(t, lock.Token(), 22, "128 random bits, base64url")
+		assert.Regexp(t, `^rl1:[A-Za-z0-9_-]{22}$`, lock.Token(), "the layout's prefix, then 128 random bits, base64url")
 		assert.WithinRange(t, lock.Until(), before.Add(10*time.Second), time.Now().Add(10*time.Second))
 
 		val, err := rdb.Get(ctx, "order:42").Result()
@@ -757,7 +757,7 @@ func TestLeaseClock_AbandonedRefreshKeepsItsGeneration(t *testing.T) {
 
 	lc.lagNext(scriptRun(redislock.RefreshScriptHash, "300"))
 	rdb.AddHook(hook{after: func(cmd redis.Cmder, err error) {
-		if err == nil && runs(cmd, redislock.RefreshScriptHash) && cmd.Args()[len(cmd.Args())-3] == int64(300) {
+		if err == nil && runs(cmd, redislock.RefreshScriptHash) && cmd.Args()[len(cmd.Args())-4] == int64(300) {
 			time.Sleep(100 * time.Millisecond) // the second copy's reply is slow
 		}
 	}})
@@ -781,7 +781,7 @@ func TestLeaseClock_LateCopyOfTheAcquireNeverShortens(t *testing.T) {
 	rdb, lc := lateCopyClient(t, b, time.Second)
 	checker, _ := b.client(t)
 	ctx := ctxT(t, 20*time.Second)
-	lc.lagNext(scriptRun(redislock.AcquireScriptHash, "k"))
+	lc.lagNext(scriptRun(redislock.TakeScriptHash, "k"))
 	lk, err := redislock.New(rdb).TryObtain(ctx, "k", 300*time.Millisecond)
 	require.NoError(t, err, "go-redis sent the acquire again; the second copy took the key")
 	require.NoError(t, lk.Refresh(ctx, 5*time.Second))
@@ -803,7 +803,7 @@ func TestRelease_LateCopyOfTheAcquireTakesNothing(t *testing.T) {
 	rdb, lc := lateCopyClient(t, b, time.Second)
 	checker, _ := b.client(t)
 	ctx := ctxT(t, 20*time.Second)
-	lc.lagNext(scriptRun(redislock.AcquireScriptHash, "k"))
+	lc.lagNext(scriptRun(redislock.TakeScriptHash, "k"))
 	lk, err := redislock.New(rdb).TryObtain(ctx, "k", 5*time.Second)
 	require.NoError(t, err)
 	require.NoError(t, lk.Release(ctx))

@@ -3,104 +3,108 @@ package redislock
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"reflect"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // A Locker acquires locks on one Redis deployment (a single node, a
-// Sentinel-managed primary or a Cluster). It is safe for concurrent use and
-// meant to be shared: create one per client and keep it. Waiters of one
-// Locker queue up together (see Obtain), so sharing one Locker is also what
-// makes waiting cheap.
+// Sentinel-managed primary or a Cluster), or on a quorum of masters
+// (NewQuorum). It is safe for concurrent use and meant to be shared: create
+// one per client and keep it. Waiters of one Locker queue up together (see
+// Obtain), so sharing one Locker is also what makes waiting cheap. The zero
+// Locker, and a nil *Locker, return ErrNilClient from every call.
 type Locker struct {
 	client  redis.UniversalClient
 	opts    options
-	id      string        // names the Locker's wake channel and its places in line
-	direct  bool          // the client honours ctx deadlines itself (see bounded, timing)
-	retry   time.Duration // how long go-redis may take with one command (see retryWindow)
-	read    time.Duration // the client's ReadTimeout; <= 0: none
-	retries int           // the client's MaxRetries: how often go-redis sends a command again
-	rtts    roundTrips    // of answered attempts (see silence)
-	keeper  keeper        // renews kept leases
-	lines   lines         // Obtains waiting for keys
-	quorum  *quorum       // the masters of a quorum Locker (NewQuorum); nil for others
-	chores  *chores       // clean-up in the background (see Shutdown)
+	id      string                  // names the Locker's wake channels and its places in line
+	keys    keyspace                // names its keys and channels in Redis
+	masters masters                 // where its locks live
+	direct  bool                    // the client honours ctx deadlines itself (see bounded, timing)
+	retry   time.Duration           // how long go-redis may take with one command (see retryWindow)
+	read    time.Duration           // the client's ReadTimeout; <= 0: none
+	sharded bool                    // the client is a Cluster's: hand-offs are announced on shard channels
+	rtts    roundTrips              // of answered attempts (see silence)
+	failure atomic.Pointer[failure] // see lastFailure
+	keeper  keeper                  // renews kept leases
+	lines   lines                   // Obtains waiting for keys (a deployment's)
+	chores  *chores                 // clean-up in the background (see Shutdown)
 }
 
 // New returns a Locker that acquires locks through client, a go-redis v9
-// client of any kind. opts set the Locker's defaults; each call may override
-// them. New does not contact Redis.
+// client of any kind (an auto-pipelining one too: see
+// docs/performance.md). opts set the Locker's defaults; each call may
+// override some of them (see Option). New does not contact Redis.
 //
 // The deadlines of ctx hold with any client options: each call whose ctx
 // can end runs in a goroutine of its own, which the caller stops waiting
 // for when ctx ends (go-redis stops a socket read at ctx's deadline only
-// with ContextTimeoutEnabled, and never when ctx is cancelled before it),
-// at the cost of a goroutine hand-off per call. A nil client or an invalid
-// option is reported by every call on the returned Locker (ErrNilClient,
-// ErrInvalidOption, ErrInvalidTTL).
+// with ContextTimeoutEnabled, and never when ctx is cancelled before it).
+// A nil client or an invalid option is reported by every call on the
+// returned Locker (ErrNilClient, ErrInvalidOption, ErrInvalidTTL).
 func New(client redis.UniversalClient, opts ...Option) *Locker {
-	o := defaultOptions().apply(opts)
+	o := defaultOptions().apply(opts, false)
 	if isNil(client) && o.err == nil {
 		o.err = ErrNilClient
 	}
-	return newLocker(client, o)
-}
-
-// newLocker returns a Locker of client (nil for a quorum Locker) with the
-// resolved options o.
-func newLocker(client redis.UniversalClient, o options) *Locker {
-	var id [8]byte
-	_, _ = rand.Read(id[:])
-	l := &Locker{client: client, opts: o, id: hex.EncodeToString(id[:]), chores: &chores{}}
-	if isNil(client) {
-		client = nil // go-redis's defaults for the timeouts (see timingOf)
-	}
-	t := timingOf(client)
-	l.direct, l.read, l.retries, l.retry = t.direct, t.read, t.retries, t.retryWindow()
+	l := newLocker(client, o)
+	l.masters = deployment{l}
 	return l
 }
 
-// Obtain acquires the lock on key for ttl, waiting while another holder has
-// it, until the acquire deadline: the earlier of ctx's deadline and the end
-// of WithWait; without either it waits until ctx is cancelled. The ttl is
-// the lease, not a bound on waiting.
+// newLocker returns a Locker of client (nil for a quorum Locker) with the
+// resolved options o, without its masters.
+func newLocker(client redis.UniversalClient, o options) *Locker {
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	l := &Locker{client: client, opts: o, id: hex.EncodeToString(id[:]), keys: keyspace{o.namespace}, chores: &chores{}}
+	if isNil(client) {
+		client = nil // go-redis's defaults for the timeouts (see timingOf)
+	}
+	_, l.sharded = client.(*redis.ClusterClient)
+	t := timingOf(client)
+	l.direct, l.read, l.retry = t.direct, t.read, t.retryWindow()
+	return l
+}
+
+// Obtain acquires the lock on key for ttl (the lease, not a bound on
+// waiting), waiting while another holder has it until ctx is done or the
+// wait set by WithWait ends.
 //
-// Waiting is fair and does not poll. Lockers (processes) take turns in the
-// order of their places in the key's line in Redis, and the Obtains of one
-// Locker in the order they were called; a release hands the key to the next
-// in line directly, so nobody can take it in between: not a TryObtain, not
-// a new Obtain, not the releasing process calling Obtain again. Within its
-// turn a Locker passes the lock between its own Obtains without a round
-// trip, for a round of at most 17 critical sections and 10 ms: a waiter
-// waits for the round under way, then for one round of each Locker whose
-// place is ahead of its own (see the README, "Waiting").
+// Waiting is fair and does not poll: Lockers (processes) take turns in the
+// order of their places in the key's line in Redis, the Obtains of one
+// Locker in the order they were called, and a release hands the key to the
+// next in line directly, so nobody can take it in between. Within its turn
+// a Locker passes the lock between its own Obtains without a round trip,
+// for a round of at most 17 critical sections and 10 ms (see
+// docs/how-it-works.md, "Waiting").
 //
-// The lock returned has at least half of ttl left (Until) when Obtain is
-// done with it, before the Obtain hook (see Hooks) is called: when the
-// reply came late, or the wait for a hand-off was long, Obtain renews the
-// lease before it returns (at most 3 times: a ttl that round trips to Redis
-// use up fails with an error saying so). A call whose ctx carries the lock
-// (see Lock.Context) joins it instead, with the lease it has.
+// The lock returned has at least half of ttl left (Until) when Obtain
+// returns it: a late reply, or a long wait for a hand-off, is followed by a
+// renewal (at most 3: a ttl that round trips to Redis use up fails with
+// ErrInvalidTTL). A call whose ctx carries the lock (see Lock.Context)
+// joins it instead, with the lease it has.
 //
 // When another owner kept the key until the deadline, the error wraps
-// ErrNotObtained and ctx's error, so both errors.Is(err, ErrNotObtained)
-// and errors.Is(err, context.DeadlineExceeded) hold. When Redis failed
-// instead (it could not be reached, the client is closed, an error reply),
-// the error is not ErrNotObtained: it wraps go-redis's error, and ctx's
-// when the deadline ended a wait whose last attempt failed. Errors that
-// waiting cannot cure (a closed client, WRONGTYPE, a script error) end the
-// wait at once. A ctx already done returns its error at once. An invalid
-// key, ttl or option returns ErrInvalidKey, ErrInvalidTTL or
-// ErrInvalidOption before anything is sent to Redis. ttl must be at least
-// one millisecond; it is truncated to whole milliseconds.
+// ErrNotObtained and ctx's error. When Redis failed instead (unreachable,
+// a closed client, an error reply), the error is not ErrNotObtained: it
+// wraps go-redis's error, and ctx's when the deadline ended a wait whose
+// last attempt failed. Errors that waiting cannot cure (a closed client,
+// ErrWrongKind, an error reply such as NOPERM) end the wait at once. A ctx
+// already done returns its error at once. An invalid key, ttl or option
+// returns ErrInvalidKey, ErrInvalidTTL or ErrInvalidOption before anything
+// is sent. ttl must be at least one millisecond; it is truncated to whole
+// milliseconds.
 func (l *Locker) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
-	o := l.opts.apply(opts)
+	if err := l.usable(); err != nil {
+		return nil, err
+	}
+	o := l.opts.apply(opts, true)
 	return l.obtain(ctx, key, ttl, &o)
 }
 
@@ -110,9 +114,21 @@ func (l *Locker) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 // line), or this Locker holds it: it never takes a key out of turn. Its
 // other errors are those of Obtain: a Redis failure is not ErrNotObtained.
 func (l *Locker) TryObtain(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
-	o := l.opts.apply(opts)
+	if err := l.usable(); err != nil {
+		return nil, err
+	}
+	o := l.opts.apply(opts, true)
 	o.wait = 0
 	return l.obtain(ctx, key, ttl, &o)
+}
+
+// usable returns ErrNilClient for a nil or zero Locker (not made by New or
+// NewQuorum).
+func (l *Locker) usable() error {
+	if l == nil || l.masters == nil {
+		return ErrNilClient
+	}
+	return nil
 }
 
 // obtain is Obtain with resolved options; o.wait == 0 makes a single attempt.
@@ -120,9 +136,14 @@ func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *o
 	if err := l.check(key, ttl, o); err != nil {
 		return nil, err
 	}
-	if err := l.quorum.checkTTL(ttl); err != nil {
-		return nil, err
+	if o.ttlSet {
+		return nil, fmt.Errorf("%w: WithTTL sets WithLock's lease; Obtain and TryObtain take theirs as the ttl argument", ErrInvalidOption)
 	}
+	return l.obtainChecked(ctx, key, ttl, o)
+}
+
+// obtainChecked is obtain with valid input.
+func (l *Locker) obtainChecked(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, error) {
 	if err := l.checkUpgrade(ctx, key, o.mode); err != nil {
 		return nil, err
 	}
@@ -141,18 +162,12 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, o *
 	if lk, err := l.join(ctx, key, o.mode); lk != nil || err != nil {
 		return lk, 0, err
 	}
-	if o.wait == 0 && l.quorum == nil {
-		return l.try(ctx, key, ttl, o)
-	}
 	if o.wait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.wait)
 		defer cancel()
 	}
-	if l.quorum != nil {
-		return l.quorum.acquire(ctx, l, key, ttl, o)
-	}
-	return l.queue(ctx, key, ttl, o)
+	return l.masters.acquire(ctx, key, ttl, o)
 }
 
 // WithLock obtains the lock on key for the lease set by WithTTL (waiting as
@@ -172,11 +187,17 @@ func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, o *
 // with a Release whose ctx has ended, and its error says so. If the lock is
 // not obtained, fn is not called and the error is Obtain's.
 func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) (err error) {
-	o := l.opts.apply(opts)
+	if err := l.usable(); err != nil {
+		return err
+	}
+	o := l.opts.apply(opts, true)
 	if fn == nil && o.err == nil {
 		o.err = ErrNilFunc
 	}
-	lk, err := l.obtain(ctx, key, o.ttl, &o)
+	if err := l.check(key, o.ttl, &o); err != nil {
+		return err
+	}
+	lk, err := l.obtainChecked(ctx, key, o.ttl, &o)
 	if err != nil {
 		return err
 	}
@@ -218,18 +239,12 @@ func (l *Locker) check(key string, ttl time.Duration, o *options) error {
 		return ErrInvalidKey
 	case ttl < time.Millisecond:
 		return fmt.Errorf("%w: must be at least 1ms (got %v)", ErrInvalidTTL, ttl)
-	case l.quorum != nil:
-		return l.quorum.check(o)
-	case o.replicas.n > 0 && l.read > 0 && o.replicas.timeout > l.read-waitSlack(l.read):
-		return fmt.Errorf("%w: WithReplicas timeout %v: must leave %v of the client's ReadTimeout (%v): Redis answers a WAIT that timed out up to 100ms late, and go-redis would stop reading first",
-			ErrInvalidOption, o.replicas.timeout, waitSlack(l.read), l.read)
 	}
-	return nil
+	return l.masters.check(o, ttl)
 }
 
-// newToken returns 128 random bits from crypto/rand, base64url-encoded.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
-	return base64.RawURLEncoding.EncodeToString(b[:])
+// plain reports whether an acquisition with options o takes a plain lock
+// (see plain.go): exclusive, without a fence or a description.
+func (o *options) plain() bool {
+	return o.mode.exclusive() && !o.fencing && o.holder == ""
 }

@@ -1,6 +1,9 @@
 package redislock
 
-import "strconv"
+import (
+	"fmt"
+	"strconv"
+)
 
 // The lock family: a key is held exclusively (Obtain, TryObtain, WithLock),
 // shared (WithShared: the readers of a read-write lock, whose writer is an
@@ -9,18 +12,29 @@ import "strconv"
 // lost-lock signal; they wait in the key's one line, and a release hands
 // the key to the first in line as far as it fits (see scripts.go).
 
-// A mode is how a lock holds its key: exclusive (the zero mode: a plain
+// A lockMode is how a lock holds its key: exclusive (the zero mode: a plain
 // lock, or the writer of a read-write lock), shared (a reader; WithShared),
 // or as one of a semaphore's permits (WithPermits).
-type mode struct {
+type lockMode struct {
 	shared  bool
 	permits int
 }
 
-func (m mode) exclusive() bool { return !m.shared && m.permits == 0 }
+func (m lockMode) exclusive() bool { return !m.shared && m.permits == 0 }
+
+// String names the mode for an error text.
+func (m lockMode) String() string {
+	switch {
+	case m.shared:
+		return "a reader's lock (WithShared)"
+	case m.permits > 0:
+		return fmt.Sprintf("a permit of a semaphore of %d (WithPermits)", m.permits)
+	}
+	return "an exclusive lock"
+}
 
 // arg is the mode as scripts take it: "x", "s", or the number of permits.
-func (m mode) arg() string {
+func (m lockMode) arg() string {
 	switch {
 	case m.shared:
 		return "s"
@@ -38,18 +52,27 @@ func (m mode) arg() string {
 // the writer releases, the key goes to every reader in line up to the next
 // writer. Release, Refresh, TTL and KeepAlive work on a shared lock as on
 // any other, for its holder alone: a reader that dies frees its share at
-// the end of its own lease. It cannot be used with WithPermits in the same
-// call (or New). Given to New, it makes every call of the Locker a
-// reader's, unless the call names WithPermits: take the writer's locks with
-// another Locker.
+// the end of its own lease. Given to New, it makes every call of the
+// Locker a reader's, unless the call names another mode (WithExclusive,
+// WithPermits). A call names at most one mode.
 func WithShared() Option {
-	return func(o *options) {
-		if o.modeSet && o.mode.permits > 0 {
-			o.invalid(ErrInvalidOption, "WithShared with WithPermits: a key is a read-write lock or a semaphore")
-			return
-		}
-		o.mode, o.modeSet = mode{shared: true}, true
+	return func(o *options) { o.setMode(lockMode{shared: true}, "WithShared") }
+}
+
+// WithExclusive makes an acquisition exclusive: the default mode, a plain
+// lock or the writer of a read-write lock. Give it to a call of a Locker
+// made with WithShared or WithPermits to take an exclusive lock with it.
+func WithExclusive() Option {
+	return func(o *options) { o.setMode(lockMode{}, "WithExclusive") }
+}
+
+// setMode sets the mode m, named name, unless another came in this apply.
+func (o *options) setMode(m lockMode, name string) {
+	if o.modeSet && o.mode != m {
+		o.invalid(ErrInvalidOption, "%s with another mode (WithShared, WithPermits, WithExclusive): a call names one", name)
+		return
 	}
+	o.mode, o.modeSet = m, true
 }
 
 // WithPermits makes the key a semaphore of n permits: at most n holders at
@@ -58,20 +81,16 @@ func WithShared() Option {
 // end of its own lease. Waiters get permits in the order they came. Every
 // acquisition of a key must name the same n: while a semaphore has holders
 // or waiters, an acquisition with another n fails with an error wrapping
-// ErrInvalidOption, and changes nothing. The key holds the permits (a Redis
-// sorted set), so an ordinary lock on the same key fails with Redis's
-// WRONGTYPE error, and so do permits asked for on a key that a lock's
-// holders (readers too) or waiters use, and a reader on a semaphore's key.
-// n must be at least 1.
+// ErrInvalidOption, and changes nothing. A key is a semaphore's or a
+// lock's: an exclusive or shared lock on a semaphore's key fails with
+// ErrWrongKind, and so do permits asked for on a key that a lock's holders
+// (readers too) or waiters use. n must be at least 1.
 func WithPermits(n int) Option {
 	return func(o *options) {
-		switch {
-		case n < 1:
+		if n < 1 {
 			o.invalid(ErrInvalidOption, "WithPermits(%d): need at least 1 permit", n)
-		case o.modeSet && o.mode.shared:
-			o.invalid(ErrInvalidOption, "WithPermits with WithShared: a key is a read-write lock or a semaphore")
-		default:
-			o.mode, o.modeSet = mode{permits: n}, true
+			return
 		}
+		o.setMode(lockMode{permits: n}, "WithPermits")
 	}
 }

@@ -215,7 +215,7 @@ func TestShared_KeepAlive(t *testing.T) {
 	lctx := lk.KeepAlive(ctx)
 	time.Sleep(time.Second)
 	require.NoError(t, lctx.Err(), "lost: %v", context.Cause(lctx))
-	require.NoError(t, rdb.ZRem(ctx, redislock.SideKey("doc", "readers"), lk.Token()).Err())
+	require.NoError(t, rdb.ZRem(ctx, "doc", lk.Token()).Err())
 	select {
 	case <-lctx.Done():
 		assert.ErrorIs(t, context.Cause(lctx), redislock.ErrLockLost)
@@ -325,7 +325,7 @@ func TestPermits_BadInput(t *testing.T) {
 		_, err = locker.Obtain(ctx, "quota", time.Minute, redislock.WithPermits(3))
 		require.ErrorIs(t, err, redislock.ErrInvalidOption, "another number of permits")
 		assert.NotErrorIs(t, err, redislock.ErrNotObtained)
-		assert.Equal(t, int64(1), rdb.ZCard(ctx, "quota").Val(), "nothing changed")
+		assert.Equal(t, 1, holders(t, locker, "quota"), "nothing changed")
 		assert.Empty(t, queued(t, rdb, "quota"))
 		require.NoError(t, held.Release(ctx))
 	})
@@ -363,13 +363,13 @@ func TestPermits_OtherNRefusedWhileOnlyWaitersAreLeft(t *testing.T) {
 	require.ErrorIs(t, err, redislock.ErrInvalidOption, "2 permits asked for while a waiter of a semaphore of 1 waits")
 	o := <-waiter
 	require.NoError(t, o.err)
-	assert.Equal(t, int64(1), rdb.ZCard(ctx, "sem").Val())
+	assert.Equal(t, 1, holders(t, redislock.New(rdb), "sem"))
 	require.NoError(t, o.lock.Release(ctx))
 	assertNoSideKeys(t, rdb, "sem")
 }
 
 // A key is a read-write lock's or a semaphore's: permits asked for on a key
-// that readers hold fail with WRONGTYPE (they never share it with the
+// that readers hold fail with ErrWrongKind (they never share it with the
 // readers), and so does a reader on a semaphore's key; nothing changes.
 func TestPermits_NotOnALocksKey(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
@@ -379,9 +379,8 @@ func TestPermits_NotOnALocksKey(t *testing.T) {
 		reader, err := locker.Obtain(ctx, "doc", time.Minute, redislock.WithShared())
 		require.NoError(t, err)
 		_, err = redislock.New(rdb).TryObtain(ctx, "doc", time.Minute, redislock.WithPermits(2))
-		assert.ErrorContains(t, err, "WRONGTYPE", "permits on a key readers hold")
+		assert.ErrorIs(t, err, redislock.ErrWrongKind, "permits on a key readers hold")
 		assert.NotErrorIs(t, err, redislock.ErrNotObtained)
-		assert.Zero(t, rdb.Exists(ctx, "doc").Val(), "no permit taken")
 		info, err := locker.Inspect(ctx, "doc")
 		require.NoError(t, err)
 		require.Len(t, info.Holders, 1)
@@ -391,7 +390,7 @@ func TestPermits_NotOnALocksKey(t *testing.T) {
 		permit, err := locker.Obtain(ctx, "quota", time.Minute, redislock.WithPermits(2))
 		require.NoError(t, err)
 		_, err = redislock.New(rdb).Obtain(ctx, "quota", time.Minute, redislock.WithShared(), redislock.WithWait(time.Second))
-		assert.ErrorContains(t, err, "WRONGTYPE", "a reader on a semaphore's key")
+		assert.ErrorIs(t, err, redislock.ErrWrongKind, "a reader on a semaphore's key")
 		assert.Empty(t, queued(t, rdb, "quota"), "no place left in line")
 		require.NoError(t, permit.Release(ctx))
 		assertNoSideKeys(t, rdb, "quota")
@@ -429,11 +428,11 @@ func TestPermits_LapsedPlaceDecidesNothing(t *testing.T) {
 }
 
 // assertNoSideKeys fails t if any key of the lock key is left but its
-// release marks and its fence counter: once nobody holds or waits, nothing
+// spent marks and its fence counter: once nobody holds or waits, nothing
 // remains.
 func assertNoSideKeys(t *testing.T, rdb redis.UniversalClient, key string) {
 	t.Helper()
-	for _, kind := range []string{"queue", "places", "readers", "limit"} {
+	for _, kind := range []string{"line", "gens", "holders"} {
 		assert.Zero(t, rdb.Exists(context.Background(), redislock.SideKey(key, kind)).Val(), "%s left", kind)
 	}
 	assert.Zero(t, rdb.Exists(context.Background(), key).Val(), "the key left")
@@ -501,4 +500,81 @@ func TestModes_CallOptionTakesPrecedence(t *testing.T) {
 	_, err = redislock.New(rdb).TryObtain(ctx, "c", time.Minute, redislock.WithShared(), redislock.WithPermits(2))
 	assert.ErrorIs(t, err, redislock.ErrInvalidOption)
 	assert.Equal(t, before, n.Load(), "nothing sent")
+}
+
+// holders returns how many hold key, as Inspect reports it.
+func holders(t *testing.T, l *redislock.Locker, key string) int {
+	t.Helper()
+	info, err := l.Inspect(context.Background(), key)
+	require.NoError(t, err)
+	return len(info.Holders)
+}
+
+// A semaphore call on a user's sorted set (a leaderboard that shares the
+// key's name) fails at once with ErrWrongKind and leaves it as it was: its
+// members, their scores, no expiry; nobody waits in a line for it.
+func TestPermits_UserSortedSetUntouched(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		rdb, _ := b.client(t)
+		board := []redis.Z{{Score: 10, Member: "alice"}, {Score: 20, Member: "bob"}}
+		require.NoError(t, rdb.ZAdd(ctx, "board", board...).Err())
+		for _, call := range []func() error{
+			func() error {
+				_, err := redislock.New(rdb).TryObtain(ctx, "board", time.Minute, redislock.WithPermits(5))
+				return err
+			},
+			func() error {
+				_, err := redislock.New(rdb).Obtain(ctx, "board", time.Minute, redislock.WithPermits(5), redislock.WithWait(5*time.Second))
+				return err
+			},
+		} {
+			start := time.Now()
+			err := call()
+			require.ErrorIs(t, err, redislock.ErrWrongKind)
+			assert.Contains(t, err.Error(), "a Redis zset (data this library did not write)")
+			assert.Less(t, time.Since(start), time.Second, "waited for data that cannot change")
+		}
+		got, err := rdb.ZRangeWithScores(ctx, "board", 0, -1).Result()
+		require.NoError(t, err)
+		assert.Equal(t, board, got, "the user's members changed")
+		assert.Equal(t, time.Duration(-1), rdb.PTTL(ctx, "board").Val(), "an expiry was set on the user's data")
+		assert.Empty(t, queued(t, rdb, "board"))
+	})
+}
+
+// A reader on a list or a hash fails at once with ErrWrongKind, as every
+// other kind of lock does; and so does a reader that waits behind a writer
+// when the key is replaced by a hash.
+func TestShared_DataOfAnotherKindFailsAtOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		rdb, _ := b.client(t)
+		require.NoError(t, rdb.RPush(ctx, "list", "a").Err())
+		require.NoError(t, rdb.HSet(ctx, "hash", "f", "v").Err())
+		for _, key := range []string{"list", "hash"} {
+			start := time.Now()
+			_, err := redislock.New(rdb).Obtain(ctx, key, time.Minute, redislock.WithShared(), redislock.WithWait(5*time.Second))
+			require.ErrorIs(t, err, redislock.ErrWrongKind, key)
+			assert.Less(t, time.Since(start), time.Second, key)
+		}
+	})
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	writer, err := redislock.New(rdb).Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	reader := obtainAsync(ctx, redislock.New(b.mustClient(t)), "k", time.Minute, redislock.WithShared())
+	waitQueued(t, rdb, "k", 1)
+	_, err = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, "k")
+		p.HSet(ctx, "k", "f", "v")
+		return nil
+	})
+	require.NoError(t, err)
+	replaced := time.Now()
+	r := <-reader
+	require.ErrorIs(t, r.err, redislock.ErrWrongKind)
+	assert.Less(t, r.at.Sub(replaced), time.Second, "the reader waited on")
+	assert.ErrorIs(t, writer.Release(ctx), redislock.ErrNotHeld)
 }

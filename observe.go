@@ -121,10 +121,14 @@ type ReleaseEvent struct {
 }
 
 // WithHooks adds hooks to those of the Locker (see Hooks): given several
-// times, every hook given is called, in order. It applies to the Locker it
-// is given to (New), not to single calls.
+// times, every hook given is called, in order. It applies to a Locker
+// (New), not to single calls.
 func WithHooks(h Hooks) Option {
-	return func(o *options) { o.hooks = o.hooks.join(h) }
+	return func(o *options) {
+		if !o.lockerOnly("WithHooks") {
+			o.hooks = o.hooks.join(h)
+		}
+	}
 }
 
 // join returns hooks that call h's, then o's.

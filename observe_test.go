@@ -499,7 +499,7 @@ func TestHooks_WithLockFailedReleaseGoesOn(t *testing.T) {
 	checker, _ := b.client(t)
 	var failRelease sync.Once
 	rdb.AddHook(hook{after: func(cmd redis.Cmder, err error) {
-		if runs(cmd, redislock.ReleaseScriptHash) && err == nil {
+		if releases(cmd) && err == nil {
 			failRelease.Do(func() { cmd.SetErr(errors.New("connection reset by peer")) })
 		}
 	}})
@@ -535,7 +535,7 @@ func TestHooks_NoLostForALockNeverReturned(t *testing.T) {
 			}
 		},
 		after: func(cmd redis.Cmder, _ error) {
-			if slowReply.Load() && runs(cmd, redislock.AcquireScriptHash) {
+			if slowReply.Load() && acquires(cmd) {
 				time.Sleep(30 * time.Millisecond) // less than ttl/2 is left when the reply is read
 			}
 		},

@@ -11,10 +11,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A subscription is a Locker's pub/sub connection, subscribed to the
-// Locker's wake channel, on which hand-offs to its lines are announced. It
-// runs while the Locker has lines, and subscriptionLinger longer, so that a
-// process that waits for keys again and again keeps one connection.
+// A subscription is a Locker's pub/sub connection, subscribed to one of the
+// Locker's wake channels, on which hand-offs to its lines are announced
+// (see keyspace.wake): the Locker's one channel, or on a Cluster, the shard
+// channel of one hash slot it waits in (SSUBSCRIBE, on the master that
+// serves the slot: no other shard sees the messages). It runs while the
+// Locker has lines on the channel, and subscriptionLinger longer, so that a
+// process that waits for keys again and again keeps its connection.
 //
 // It is one goroutine, run, started by Locker.subscribe when a line takes a
 // place in Redis; it returns, closing stopped in its defer, within
@@ -25,9 +28,11 @@ import (
 // and closing all happen in run.
 type subscription struct {
 	locker  *Locker
+	wake    wakeup
 	ps      *redis.PubSub
 	armed   atomic.Bool   // the subscription is confirmed: announcements arrive
 	stopped chan struct{} // closed when run has returned
+	idle    time.Time     // since when no line uses it; under lines.mu
 }
 
 // receivePoll is how long run waits for a message before it looks whether
@@ -40,15 +45,22 @@ const (
 	subscriptionLinger = 250 * time.Millisecond
 )
 
-// subscribe starts the Locker's subscription.
-func (l *Locker) subscribe() *subscription {
-	s := &subscription{
-		locker:  l,
-		ps:      l.client.Subscribe(context.Background()), // without a channel: connects in run
-		stopped: make(chan struct{}),
+// subscribe starts a subscription to w's channel.
+func (l *Locker) subscribe(w wakeup) *subscription {
+	s := &subscription{locker: l, wake: w, stopped: make(chan struct{})}
+	// Without a channel: it connects in run.
+	if w.sharded {
+		s.ps = l.client.SSubscribe(context.Background())
+	} else {
+		s.ps = l.client.Subscribe(context.Background())
 	}
 	go s.run()
 	return s
+}
+
+// wakeFor returns where the Locker hears of hand-offs of key to its places.
+func (l *Locker) wakeFor(key string) wakeup {
+	return wakeup{channel: l.keys.wake(l.id, l.keys.lock(key), l.sharded), sharded: l.sharded}
 }
 
 // ended reports whether run has returned.
@@ -69,13 +81,17 @@ func (s *subscription) run() {
 	defer close(s.stopped)
 	defer func() { _ = s.ps.Close() }()
 	ctx := context.Background()
-	_ = s.ps.Subscribe(ctx, wakeChannel(s.locker.id)) // on failure, ReceiveTimeout redials
+	if s.wake.sharded { // on failure, ReceiveTimeout redials
+		_ = s.ps.SSubscribe(ctx, s.wake.channel)
+	} else {
+		_ = s.ps.Subscribe(ctx, s.wake.channel)
+	}
 	for !s.locker.lines.retire(s, subscriptionLinger) {
 		msg, err := s.ps.ReceiveTimeout(ctx, receivePoll)
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" && !s.armed.Swap(true) {
-				s.locker.lines.armed(true)
+			if (m.Kind == "subscribe" || m.Kind == "ssubscribe") && !s.armed.Swap(true) {
+				s.locker.lines.armed(s, true)
 			}
 		case *redis.Message:
 			s.dispatch(m.Payload)
@@ -91,15 +107,15 @@ func (s *subscription) run() {
 			// Lost: announcements go unheard until go-redis has
 			// subscribed again. Heads poll meanwhile.
 			if s.armed.Swap(false) {
-				s.locker.lines.armed(false)
+				s.locker.lines.armed(s, false)
 			}
 			time.Sleep(retryDelay)
 		}
 	}
 }
 
-// dispatch hands an announcement, "<fence> <lease> <token> <key>" (see
-// handoffLua), to the lines.
+// dispatch hands an announcement, "<fence> <lease> <token> <Redis key>"
+// (see handoffLua), to the lines.
 func (s *subscription) dispatch(payload string) {
 	f := strings.SplitN(payload, " ", 4)
 	if len(f) != 4 {
@@ -110,7 +126,11 @@ func (s *subscription) dispatch(payload string) {
 	if err1 != nil || err2 != nil {
 		return
 	}
-	s.locker.lines.heard(s.locker, f[3], handoff{token: f[2], fence: fence, lease: time.Duration(lease) * time.Millisecond})
+	key, ok := strings.CutPrefix(f[3], s.locker.keys.ns)
+	if !ok {
+		return
+	}
+	s.locker.lines.heard(s.locker, key, handoff{token: f[2], fence: fence, lease: time.Duration(lease) * time.Millisecond})
 }
 
 // isTimeout reports whether err is ReceiveTimeout's timeout.

@@ -69,7 +69,7 @@ func TestSubscription_ObtainKeepsDeadlineWhileRedialing(t *testing.T) {
 	ch := obtainAsync(wctx, locker, "k", time.Minute)
 	waitQueued(t, direct, "k", 1)
 	require.Eventually(t, func() bool {
-		return direct.PubSubNumSub(ctx, redislock.WakeChannel(locker)).Val()[redislock.WakeChannel(locker)] == 1
+		return direct.PubSubNumSub(ctx, redislock.WakeChannel(locker, "k")).Val()[redislock.WakeChannel(locker, "k")] == 1
 	},
 		2*time.Second, time.Millisecond, "subscribed")
 

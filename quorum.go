@@ -39,6 +39,7 @@ import (
 // never later than the expiry on a majority of nodes: nobody else can take
 // a majority before it.
 type quorum struct {
+	l      *Locker   // the quorum Locker
 	nodes  []*Locker // one per master, for its client and its timeouts
 	chores *chores   // the quorum Locker's, which its nodes share
 }
@@ -117,16 +118,18 @@ type quorum struct {
 //
 // A nil client, or no client, is reported by every call (ErrNilClient).
 func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
-	o := defaultOptions().apply(opts)
+	o := defaultOptions().apply(opts, false)
 	if (len(clients) == 0 || slices.ContainsFunc(clients, isNil)) && o.err == nil {
 		o.err = ErrNilClient
 	}
 	l := newLocker(nil, o)
-	l.quorum = &quorum{chores: l.chores}
+	q := &quorum{l: l, chores: l.chores}
+	l.masters = q
 	for _, c := range clients {
-		n := newLocker(c, defaultOptions())
+		n := newLocker(c, options{namespace: o.namespace, holder: o.holder})
+		n.masters = deployment{n}
 		n.chores = l.chores // Shutdown waits for the masters' clean-up too
-		l.quorum.nodes = append(l.quorum.nodes, n)
+		q.nodes = append(q.nodes, n)
 	}
 	return l
 }
@@ -164,24 +167,18 @@ func quorumDrift(ttl time.Duration) time.Duration {
 // sent at start set its lease to ttl on a majority: its lease clock allows
 // for drift.
 func newQuorumLock(l *Locker, key, token string, ttl time.Duration, start time.Time) *Lock {
-	lk := newLock(l, key, token, mode{}, 0, ttl, start)
+	lk := newLock(l, key, token, lockMode{}, 0, ttl, start)
 	lk.clock.drift = true
 	lk.clock.until = start.Add(lk.clock.lease(ttl))
 	return lk
 }
 
-// checkTTL refuses a lease shorter than minQuorumTTL; q may be nil (a
-// Locker of one deployment), which refuses nothing.
-func (q *quorum) checkTTL(ttl time.Duration) error {
-	if q == nil || ttl >= minQuorumTTL {
-		return nil
-	}
-	return fmt.Errorf("%w: a quorum lock's must be at least %v (got %v)", ErrInvalidTTL, minQuorumTTL, ttl)
-}
-
-// check refuses the options a quorum Locker does not support.
-func (q *quorum) check(o *options) error {
+// check refuses a lease shorter than minQuorumTTL, and the options a
+// quorum Locker does not support.
+func (q *quorum) check(o *options, ttl time.Duration) error {
 	switch {
+	case ttl < minQuorumTTL:
+		return fmt.Errorf("%w: a quorum lock's must be at least %v (got %v)", ErrInvalidTTL, minQuorumTTL, ttl)
 	case !o.mode.exclusive():
 		return fmt.Errorf("%w: WithShared and WithPermits are not supported by a quorum Locker", ErrInvalidOption)
 	case o.replicas.n > 0:
@@ -316,9 +313,9 @@ func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 	for i, node := range q.nodes {
 		q.chores.begin() // ended by settleNode
 		go func() {
-			a := attemptArgs{key: lk.key, token: lk.token, locker: node.id, holder: lk.locker.opts.holder, ttl: ttl}
+			a := attemptArgs{key: lk.key, token: lk.token, holder: lk.locker.opts.holder, ttl: ttl}
 			res, err := bounded(actx, node.direct, func(ctx context.Context) (attemptResult, error) {
-				return runAttempt(ctx, node.client, a)
+				return runAttempt(ctx, node.client, node.keys, a)
 			}, func(res attemptResult, err error) { settleNode(node, res, err, releaseBegun(lk)) })
 			late := releaseBegun(lk) // before the reply can count for the lock
 			ch <- reply[attemptResult]{i, res, err}
@@ -377,7 +374,7 @@ func (q *quorum) giveBack(node *Locker, key, token string) {
 		ctx, cancel := context.WithTimeout(context.Background(), node.releaseBound())
 		defer cancel()
 		for {
-			_, err := runRelease(ctx, node.client, releaseArgs{key: key, token: token, locker: node.id, mark: node.releaseMark(), spend: true})
+			_, err := runRelease(ctx, node.client, node.keys, releaseArgs{key: key, token: token, spend: node.spendFor()})
 			if err == nil || refused(err) || errors.Is(err, redis.ErrClosed) || sleep(ctx, nil, renewRetry) != nil {
 				return
 			}
@@ -395,7 +392,8 @@ func (q *quorum) giveBack(node *Locker, key, token string) {
 // An attempt that ctx cut short says nothing about Redis: when the wait
 // ends, the verdict is that of the last attempt the replies decided
 // (contention: ErrNotObtained), or the cut one's when it was the first.
-func (q *quorum) acquire(ctx context.Context, l *Locker, key string, ttl time.Duration, o *options) (*Lock, int, error) {
+func (q *quorum) acquire(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, int, error) {
+	l := q.l
 	backoff := o.minBackoff
 	var last error // the last decided attempt's error: nil for contention
 	for attempts := 1; ; attempts++ {
@@ -415,13 +413,13 @@ func (q *quorum) acquire(ctx context.Context, l *Locker, key string, ttl time.Du
 			return nil, attempts, failed("acquire", key, last)
 		}
 		if o.wait == 0 {
-			return nil, attempts, notObtained(key, nil)
+			return nil, attempts, notObtained(key, nil, 0)
 		}
 		if sleep(ctx, nil, backoff) != nil || ctx.Err() != nil {
 			if last != nil {
-				return nil, attempts, fmt.Errorf("redislock: waiting for %s: %w; the last attempt failed: %w", quoteKey(key), ctx.Err(), last)
+				return nil, attempts, waitFailed(key, ctx.Err(), last)
 			}
-			return nil, attempts, notObtained(key, ctx.Err())
+			return nil, attempts, notObtained(key, ctx.Err(), 0)
 		}
 		backoff = nextBackoff(backoff, o.minBackoff, o.maxBackoff)
 	}
@@ -444,7 +442,7 @@ func (q *quorum) settle(ctx context.Context, lk *Lock, ttl time.Duration, fenced
 			return errTTLTooShort
 		}
 		id, gen, _ := lk.setting(ttl)
-		res := q.refreshAll(ctx, []refreshArgs{{key: lk.key, token: lk.token, ttl: ttl, gen: gen}})[0]
+		res := q.renew(ctx, []refreshArgs{lk.refreshArgs(ttl, gen, false)}, replicas{})[0]
 		lk.settled(id, res.outcome())
 		switch {
 		case res.code == 0:
@@ -479,7 +477,7 @@ func (q *quorum) settle(ctx context.Context, lk *Lock, ttl time.Duration, fenced
 func (q *quorum) fence(ctx context.Context, key string) (int64, error) {
 	maj := q.majority()
 	incr := gatherAll(ctx, q, func(ctx context.Context, n *Locker) (int64, error) {
-		return runFenceStep(ctx, n.client, key, 0)
+		return runFenceStep(ctx, n.client, n.keys, key, 0)
 	}, maj)
 	if len(incr.ok) < maj {
 		return 0, fmt.Errorf("issue the fence: %w", q.nodeErrors(incr.errs, incr.answered, ctx.Err()))
@@ -489,7 +487,7 @@ func (q *quorum) fence(ctx context.Context, key string) (int64, error) {
 		return f, nil
 	}
 	raise := gatherAll(ctx, q, func(ctx context.Context, n *Locker) (int64, error) {
-		return runFenceStep(ctx, n.client, key, f)
+		return runFenceStep(ctx, n.client, n.keys, key, f)
 	}, maj)
 	if len(raise.ok) < maj {
 		return 0, fmt.Errorf("issue the fence: %w", q.nodeErrors(raise.errs, raise.answered, ctx.Err()))
@@ -537,21 +535,22 @@ func gatherAll[T any](ctx context.Context, q *quorum, f func(ctx context.Context
 	return res
 }
 
-// refreshAll renews each lease of calls on every node, in one pipeline per
+// renew renews each lease of calls on every node, in one pipeline per
 // node, and returns a reply per lease once the replies decide it: 1 when a
 // majority set the lease, 0 (lost) when so many no longer hold it that a
 // majority cannot, 2 when a majority holds it but not a majority set it (a
-// later command had run), -1 (failed) otherwise.
-func (q *quorum) refreshAll(ctx context.Context, calls []refreshArgs) []renewReply {
+// later command had run), -1 (failed) otherwise. (A quorum Locker's locks
+// take no WithReplicas: see check.)
+func (q *quorum) renew(ctx context.Context, calls []refreshArgs, _ replicas) []renewReply {
 	maj, n := q.majority(), len(q.nodes)
-	run := make([]scriptCall, len(calls))
-	for i, a := range calls {
-		run[i] = a.call()
-	}
 	sctx, cancel := straggle(ctx, time.Hour)
 	ch := fanOut(sctx, q, func(ctx context.Context, node *Locker) ([]*redis.Cmd, error) {
 		return bounded(ctx, node.direct, func(ctx context.Context) ([]*redis.Cmd, error) {
-			cmds, _, err := runPipeline(ctx, node.client, run, replicas{})
+			run := make([]scriptCall, len(calls))
+			for i, a := range calls {
+				run[i] = a.call(node.keys)
+			}
+			cmds, _, _, err := runPipeline(ctx, node.client, run, replicas{})
 			return cmds, err
 		}, nil)
 	})
@@ -604,14 +603,14 @@ func (q *quorum) refreshAll(ctx context.Context, calls []refreshArgs) []renewRep
 	return replies
 }
 
-// pttl returns the lease that a majority of nodes still has for token: the
+// pttl returns the lease that a majority of nodes still has for lk: the
 // majority-th longest of their leases; -1 when so many nodes no longer hold
 // it that a majority cannot.
-func (q *quorum) pttl(ctx context.Context, key, token string) (time.Duration, error) {
+func (q *quorum) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 	maj, n := q.majority(), len(q.nodes)
 	ch := fanOut(ctx, q, func(ctx context.Context, node *Locker) (time.Duration, error) {
 		return bounded(ctx, node.direct, func(ctx context.Context) (time.Duration, error) {
-			return runPTTL(ctx, node.client, key, token, mode{})
+			return runPTTL(ctx, node.client, lk.rkey, lk.token, lockMode{})
 		}, nil)
 	})
 	var left []time.Duration
@@ -640,17 +639,19 @@ func (q *quorum) pttl(ctx context.Context, key, token string) (time.Duration, er
 }
 
 // release releases lk on every node and returns as soon as the replies
-// decide: released when a majority released it (or reported it released:
-// a release mark, see releaseScript); notHeld (false, nil) when so many
-// did not hold it that a majority cannot have released it; an error when
-// neither can be known any more (too many failed), or ctx ended first.
+// decide: released when a majority released it (a node whose release
+// go-redis sent again, and that answered before Until that it did not hold
+// the key, counts as one that did: see Lock.releasedBy); notHeld (false,
+// nil) when so many did not hold it that a majority cannot have released
+// it; an error when neither can be known any more (too many failed), or,
+// marked abandoned (the releases go on), when ctx ended first.
 //
 // Each node's release goes on after that, as a chore (see Shutdown), until
 // it is answered or go-redis gives up on it, with a deadline of the node's
 // releaseBound: not with ctx, which a client that stops at deadlines
 // (ContextTimeoutEnabled) would abandon at the caller's deadline, leaving
 // the lock on that node for its lease.
-func (q *quorum) release(ctx context.Context, lk *Lock) (released bool, err error) {
+func (q *quorum) release(ctx context.Context, lk *Lock) (released bool, _ int, err error) {
 	maj, n := q.majority(), len(q.nodes)
 	ch := make(chan reply[releaseResult], n)
 	for i, node := range q.nodes {
@@ -659,7 +660,7 @@ func (q *quorum) release(ctx context.Context, lk *Lock) (released bool, err erro
 			defer cancel()
 			// spend: the token is spent also on a master it held nothing on,
 			// so that a late copy of its attempt takes nothing there.
-			res, err := runRelease(rctx, node.client, releaseArgs{key: lk.key, token: lk.token, locker: node.id, mark: node.releaseMark(), spend: true})
+			res, err := runRelease(rctx, node.client, node.keys, releaseArgs{key: lk.key, token: lk.token, spend: node.spendFor()})
 			ch <- reply[releaseResult]{i, res, err}
 		})
 	}
@@ -670,7 +671,7 @@ func (q *quorum) release(ctx context.Context, lk *Lock) (released bool, err erro
 		switch {
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("master %d: %w", r.node, r.err))
-		case r.v.released:
+		case r.v.released, r.v.resent && time.Now().Before(lk.Until()):
 			ok++
 		default:
 			notHeld++
@@ -680,44 +681,28 @@ func (q *quorum) release(ctx context.Context, lk *Lock) (released bool, err erro
 	})
 	switch {
 	case ok >= maj:
-		return true, nil
+		return true, 0, nil
 	case notHeld > n-maj:
-		return false, nil
+		return false, 0, nil
 	}
 	err = errors.Join(errs...)
 	if answered := ok + notHeld + len(errs); answered < n {
 		err = errors.Join(err, fmt.Errorf("%d of %d masters did not answer: %w", n-answered, n, ctx.Err()))
 	}
-	return false, fmt.Errorf("%d of %d masters released the lock and %d did not hold it, too few to decide (a majority is %d): %w", ok, n, notHeld, maj, err)
+	err = fmt.Errorf("%d of %d masters released the lock and %d did not hold it, too few to decide (a majority is %d): %w", ok, n, notHeld, maj, err)
+	if ctx.Err() != nil {
+		return false, 0, abandonedError{err} // the releases go on
+	}
+	return false, 0, err
 }
 
-// endQuorum is Lock.end for a quorum lock, whose release has begun.
-func (lk *Lock) endQuorum(ctx context.Context) error {
-	released, err := lk.locker.quorum.release(ctx, lk)
-	switch {
-	case err != nil && ctx.Err() != nil:
-		lk.markReleased()
-		return background(lk.key, err)
-	case err != nil:
-		lk.mu.Lock()
-		lk.releasing = false // Release may be called again
-		lk.mu.Unlock()
-		return failed("release", lk.key, err)
-	}
-	lk.markReleased()
-	if !released {
-		return ErrNotHeld
-	}
-	return nil
-}
-
-// inspect is Locker.Inspect for a quorum Locker: the holders that a
-// majority of the masters report, each with the lease a majority still has;
-// the highest fence any reports. Nobody waits in a line.
+// inspect is Locker.Inspect for a quorum Locker: the holders that the
+// fastest majority of the masters report, each with the lease a majority
+// of them still has; the highest fence any reports. Nobody waits in a line.
 func (q *quorum) inspect(ctx context.Context, key string) (Info, error) {
 	all := gatherAll(ctx, q, func(ctx context.Context, n *Locker) (Info, error) {
-		return runInspect(ctx, n.client, key)
-	}, len(q.nodes))
+		return runInspect(ctx, n.client, n.keys, key)
+	}, q.majority())
 	if len(all.ok) < q.majority() {
 		return Info{}, q.nodeErrors(all.errs, all.answered, ctx.Err())
 	}

@@ -611,7 +611,7 @@ func TestQuorum_FenceLimit(t *testing.T) {
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)), redislock.WithFencing())
-	counter := redislock.SideKey("k", "fence")
+	counter := redislock.FenceKey("k")
 	setCounters := func(values ...int64) {
 		for i, v := range values {
 			servers[i].Do(t, "SET", counter, v)
@@ -651,7 +651,7 @@ func TestQuorum_FenceAtTheLimitIsIssued(t *testing.T) {
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)), redislock.WithFencing())
-	counter := redislock.SideKey("k", "fence")
+	counter := redislock.FenceKey("k")
 	for i, v := range []int64{exact, exact - 1, 3} {
 		servers[i].Do(t, "SET", counter, v)
 	}

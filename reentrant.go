@@ -69,7 +69,7 @@ var errUpgrade = fmt.Errorf("%w: an exclusive lock cannot join a shared one the 
 
 // carried returns the locks of l on key that ctx carries, which a call in
 // mode m may join (none for permits), innermost first.
-func (l *Locker) carried(ctx context.Context, key string, m mode) []*Lock {
+func (l *Locker) carried(ctx context.Context, key string, m lockMode) []*Lock {
 	if m.permits > 0 {
 		return nil
 	}
@@ -84,7 +84,7 @@ func (l *Locker) carried(ctx context.Context, key string, m mode) []*Lock {
 
 // checkUpgrade refuses an exclusive call on a context that carries a shared
 // lock of the key: bad input, found before anything is sent.
-func (l *Locker) checkUpgrade(ctx context.Context, key string, m mode) error {
+func (l *Locker) checkUpgrade(ctx context.Context, key string, m lockMode) error {
 	for _, a := range l.carried(ctx, key, m) {
 		if a.mode.shared && m.exclusive() {
 			return errUpgrade
@@ -95,7 +95,7 @@ func (l *Locker) checkUpgrade(ctx context.Context, key string, m mode) error {
 
 // join returns a new handle of the lock on key that ctx carries for l, if
 // it carries one that a call in mode m may join, and nil otherwise.
-func (l *Locker) join(ctx context.Context, key string, m mode) (*Lock, error) {
+func (l *Locker) join(ctx context.Context, key string, m lockMode) (*Lock, error) {
 	for _, a := range l.carried(ctx, key, m) {
 		a.mu.Lock()
 		live := !a.released && !a.releasing && a.holds > 0

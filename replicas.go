@@ -73,21 +73,15 @@ func notReplicated(key string, r replicas, acked int64, what string) error {
 	return fmt.Errorf("%w: %s: %d of %d replicas acknowledged within %v; %s", ErrNotReplicated, quoteKey(key), acked, r.n, r.timeout, what)
 }
 
-// A scriptCall is one run of a script: the script, its KEYS and ARGV.
-type scriptCall struct {
-	script *redis.Script
-	keys   []string
-	args   []any
-}
-
 // runPipeline runs calls in one pipeline on c: with EVALSHA, and once more
 // with EVAL (which loads the script) for those that Redis answered NOSCRIPT.
 // With r.n > 0, a WAIT follows the calls of each pipeline, and acked is the
 // fewest replicas that acknowledged a pipeline: a WAIT covers the writes
 // its connection made, and the writes made before them (it waits for a
-// replication offset).
-func runPipeline(ctx context.Context, c redis.Cmdable, calls []scriptCall, r replicas) (cmds []*redis.Cmd, acked int64, err error) {
-	cmds = make([]*redis.Cmd, len(calls))
+// replication offset). n says, per call, how often go-redis wrote the
+// command that ran (see counted).
+func runPipeline(ctx context.Context, c redis.Cmdable, calls []scriptCall, r replicas) (cmds []*redis.Cmd, n []sends, acked int64, err error) {
+	cmds, n = make([]*redis.Cmd, len(calls)), make([]sends, len(calls))
 	acked = -1
 	send := func(idx []int, sha bool) error {
 		var wait *redis.Cmd
@@ -111,6 +105,9 @@ func runPipeline(ctx context.Context, c redis.Cmdable, calls []scriptCall, r rep
 				acked = 0
 			}
 		}
+		for _, i := range idx {
+			n[i] = calls[i].sends()
+		}
 		return err
 	}
 	all := make([]int, len(calls))
@@ -120,51 +117,52 @@ func runPipeline(ctx context.Context, c redis.Cmdable, calls []scriptCall, r rep
 	err = send(all, true)
 	var again []int
 	for i, cmd := range cmds {
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		if isNoScript(cmd.Err()) {
 			again = append(again, i)
 		}
 	}
 	if len(again) > 0 {
 		err = send(again, false)
 	}
-	return cmds, max(acked, 0), err
+	return cmds, n, max(acked, 0), err
 }
 
-// writer returns the client to send the writes of key to when they are to
-// be acknowledged by replicas: for a ClusterClient, the master that serves
-// key (a WAIT has no key, and must go to that master on the same
-// connection); else the Locker's client.
-func (l *Locker) writer(ctx context.Context, key string, r replicas) (redis.Cmdable, error) {
+// writer returns the client to send the writes of the lock at Redis key
+// rkey to when they are to be acknowledged by replicas: for a
+// ClusterClient, the master that serves rkey (a WAIT has no key, and must
+// go to that master on the same connection); else the Locker's client.
+func (l *Locker) writer(ctx context.Context, rkey string, r replicas) (redis.Cmdable, error) {
 	c, ok := l.client.(*redis.ClusterClient)
 	if !ok || r.n == 0 {
 		return l.client, nil
 	}
-	return c.MasterForKey(ctx, key)
+	return c.MasterForKey(ctx, rkey)
 }
 
-// acked runs call, a write of key, on the connection of key's writer,
-// followed by a WAIT for r's replicas, and returns its reply and how many
-// replicas acknowledged it.
+// acked runs call, a write of the lock at Redis key rkey, on the
+// connection of its writer, followed by a WAIT for r's replicas, and
+// returns its reply, how often go-redis wrote it, and how many replicas
+// acknowledged it.
 //
 // On a Cluster whose slot moved (a failover), the master the slot map named
 // answers MOVED, which go-redis does not follow for one master's client: the
 // write is sent again once the map names the new master (it ran nowhere).
-func (l *Locker) acked(ctx context.Context, key string, call scriptCall, r replicas) (*redis.Cmd, int64, error) {
+func (l *Locker) acked(ctx context.Context, rkey string, call scriptCall, r replicas) (*redis.Cmd, sends, int64, error) {
 	for try := 0; ; try++ {
-		c, err := l.writer(ctx, key, r)
+		c, err := l.writer(ctx, rkey, r)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
-		cmds, acked, err := runPipeline(ctx, c, []scriptCall{call}, r)
+		cmds, n, acked, err := runPipeline(ctx, c, []scriptCall{call}, r)
 		if try == 0 && moved(err) {
 			l.noteErr(err)
-			l.rerouted(ctx, key, c)
+			l.rerouted(ctx, rkey, c)
 			continue
 		}
 		if err != nil {
-			return nil, 0, err
+			return nil, n[0], 0, err
 		}
-		return cmds[0], acked, nil
+		return cmds[0], n[0], acked, nil
 	}
 }
 
@@ -191,36 +189,15 @@ func (l *Locker) rerouted(ctx context.Context, key string, old redis.Cmdable) {
 // the caller must give the key back).
 func (l *Locker) attemptAcked(ctx context.Context, a attemptArgs, r replicas) (attemptResult, error) {
 	if r.n == 0 {
-		return runAttempt(ctx, l.client, a)
+		return runAttempt(ctx, l.client, l.keys, a)
 	}
-	cmd, acked, err := l.acked(ctx, a.key, a.call(), r)
+	cmd, n, acked, err := l.acked(ctx, l.keys.lock(a.key), a.call(l.keys), r)
 	if err != nil {
-		return attemptResult{}, err
+		return attemptResult{resent: n.resent(), unsent: n.unsent()}, err
 	}
 	res, err := parseAttempt(a, cmd)
+	res.resent = n.resent()
 	if err == nil && res.ours && int(acked) < r.n {
-		return res, notReplicated(a.key, r, acked, "the write does not count")
-	}
-	return res, err
-}
-
-// refresh runs the refresh a; when it sets the lease, r's replicas must
-// acknowledge it (else the error wraps ErrNotReplicated: the outcome is
-// unknown for the lease clock).
-func (l *Locker) refresh(ctx context.Context, a refreshArgs, r replicas) (refreshResult, error) {
-	if l.quorum != nil {
-		res := l.quorum.refreshAll(ctx, []refreshArgs{a})[0]
-		return refreshResult{held: res.code >= 1, set: res.code == 1}, res.err
-	}
-	if r.n == 0 {
-		return runRefresh(ctx, l.client, a)
-	}
-	cmd, acked, err := l.acked(ctx, a.key, a.call(), r)
-	if err != nil {
-		return refreshResult{}, err
-	}
-	res, err := parseRefresh(cmd)
-	if err == nil && res.set && int(acked) < r.n {
 		return res, notReplicated(a.key, r, acked, "the write does not count")
 	}
 	return res, err

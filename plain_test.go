@@ -1,0 +1,188 @@
+package redislock_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed5e0b76d9/redislock"
+	"github.com/seed5e0b76d9/redislock/internal/faultproxy"
+)
+
+// A plain lock (exclusive, no fence, no description, nobody waiting) costs
+// Redis one script run each way, and writes the lock key and nothing else:
+// Obtain sends the take script, Release the drop script, and between the
+// two the key is the only key in Redis.
+func TestPlain_OneCommandEachWayAndOneKey(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, n := b.client(t)
+	require.NoError(t, redislock.LoadScripts(ctx, rdb))
+	var ran []string
+	var mu sync.Mutex
+	rdb.AddHook(hook{before: func(cmd redis.Cmder) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case runs(cmd, redislock.TakeScriptHash):
+			ran = append(ran, "take")
+		case runs(cmd, redislock.DropScriptHash):
+			ran = append(ran, "drop")
+		default:
+			ran = append(ran, cmd.Name())
+		}
+	}})
+	locker := redislock.New(rdb)
+	before := n.Load()
+	lk, err := locker.Obtain(ctx, "order:42", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"order:42"}, rdb.Keys(ctx, "*").Val(), "the lock key alone")
+	require.NoError(t, lk.Release(ctx))
+	assert.Equal(t, []string{"take", "keys", "drop"}, ran)
+	assert.Equal(t, int64(2), n.Load()-before-1, "Obtain and Release: one command each (and the KEYS above)")
+	assert.Zero(t, rdb.DBSize(ctx).Val(), "nothing left")
+}
+
+// Plain use leaves nothing behind: thousands of Obtain+Release cycles on
+// many keys from 16 goroutines, and as many Obtains that give up on held
+// keys (their deadline passes while they wait in line), leave no key of
+// this library in Redis a second later but the keys still held.
+func TestPlain_NothingLeftBehind(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	rdb, _ := b.client(t, func(o *redis.Options) { o.PoolSize = 32 })
+	locker := redislock.New(rdb)
+	held := map[string]*redislock.Lock{}
+	for i := range 20 {
+		key := fmt.Sprintf("held:%d", i)
+		lk, err := redislock.New(rdb).Obtain(ctx, key, time.Minute)
+		require.NoError(t, err)
+		held[key] = lk
+	}
+	var cycles, gaveUp atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 250 {
+				if i%5 == 0 { // give up on a held key, in line
+					octx, cancel := context.WithTimeout(ctx, time.Duration(1+rand.IntN(30))*time.Millisecond)
+					_, err := locker.Obtain(octx, fmt.Sprintf("held:%d", rand.IntN(20)), time.Minute)
+					cancel()
+					if assert.ErrorIs(t, err, context.DeadlineExceeded) { // and ErrNotObtained, once Redis answered
+						gaveUp.Add(1)
+					}
+					continue
+				}
+				key := fmt.Sprintf("k:%d:%d", w, rand.IntN(100_000))
+				lk, err := locker.Obtain(ctx, key, time.Minute)
+				if !assert.NoError(t, err) {
+					return
+				}
+				assert.NoError(t, lk.Release(ctx))
+				cycles.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, locker.Shutdown(ctx))
+	t.Logf("%d cycles, %d Obtains gave up", cycles.Load(), gaveUp.Load())
+	require.Positive(t, gaveUp.Load())
+	var left []string
+	deadline := time.Now().Add(time.Second)
+	for {
+		left = left[:0]
+		for _, k := range rdb.Keys(ctx, "*").Val() {
+			if held[k] == nil {
+				left = append(left, k)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	assert.Empty(t, left, "keys left a second after plain use")
+	for _, lk := range held {
+		require.NoError(t, lk.Release(ctx))
+	}
+}
+
+// A plain lock whose acquire go-redis sent twice (its reply was lost on a
+// reset connection) is recognized when it is released: the release marks
+// its token spent, the exception to "nothing left behind", since the first
+// copy may still run; a lock whose acquire went once leaves no mark.
+func TestPlain_ResentAcquireMarksItsTokenAtRelease(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	proxy := faultproxy.New(t, b.addr)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()}) // go-redis sends it again
+	t.Cleanup(func() { _ = rdb.Close() })
+	direct, _ := b.client(t)
+	require.NoError(t, redislock.LoadScripts(ctx, rdb))
+	locker := redislock.New(rdb)
+
+	proxy.DropNextReply(scriptRun(redislock.TakeScriptHash, ""))
+	lk, err := locker.Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err, "the second copy found the key held by its token")
+	require.NoError(t, lk.Release(ctx))
+	assert.Equal(t, int64(1), direct.Exists(ctx, redislock.SideKey("k", "spent:"+lk.Token())).Val(), "the resent token is spent")
+
+	lk, err = locker.Obtain(ctx, "other", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, lk.Release(ctx))
+	assert.Zero(t, direct.Exists(ctx, redislock.SideKey("other", "spent:"+lk.Token())).Val(), "a mark without a resend")
+}
+
+// A plain lock works on go-redis's auto-pipelining client: locks are taken
+// and released, two holders never overlap, nothing is left behind, and a
+// ctx cancelled before its deadline ends an Obtain at once even while
+// Redis is frozen (the auto-pipeliner does not stop at a cancel).
+func TestPlain_AutoPipeliner(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 20*time.Second)
+	rdb, _ := b.client(t)
+	ap, err := rdb.AutoPipeline()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ap.Close() })
+	locker := redislock.New(ap)
+	var inside atomic.Int32
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				lk, err := locker.Obtain(ctx, fmt.Sprintf("k:%d", rand.IntN(4)), time.Minute)
+				if !assert.NoError(t, err) {
+					return
+				}
+				assert.LessOrEqual(t, inside.Add(1), int32(4), "more holders than keys")
+				inside.Add(-1)
+				assert.NoError(t, lk.Release(ctx))
+			}
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, locker.Shutdown(ctx))
+	assert.Empty(t, withoutMarks(t, rdb, rdb.Keys(ctx, "*").Val()), "keys left")
+	assert.Empty(t, rdb.Keys(ctx, "*spent*").Val(), "the auto-pipeliner's sizing counted as a resend")
+
+	b.srv.Freeze(t)
+	defer b.srv.Thaw(t)
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	_, err = locker.Obtain(cctx, "frozen", time.Minute)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Less(t, time.Since(start), time.Second, "a cancelled Obtain waited for a frozen Redis")
+}
