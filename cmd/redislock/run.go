@@ -189,15 +189,14 @@ func (r *runner) tryObtain(ctx context.Context) (*redislock.Lock, error) {
 
 // isConflict reports whether err, of the acquisition, says that the lock
 // was not obtained because the key is held: by other holders
-// (ErrNotObtained), in another mode than c asks for (Redis's WRONGTYPE: a
-// semaphore's permits for a lock, a lock's holders for permits), or as a
-// semaphore of another number of permits (an error reply wrapped in
-// ErrInvalidOption; parseRun checked the options themselves). The
-// library fails at once on the last two: run does not wait for them.
+// (ErrNotObtained), in another mode than c asks for or by data of another
+// kind (ErrWrongKind: a semaphore's permits for a lock, a lock's holders
+// for permits, a Redis hash), or as a semaphore of another number of
+// permits (ErrInvalidOption: parseRun checked the options themselves).
+// The library fails at once on the last two: run does not wait for them.
 func isConflict(err error, c runConfig) bool {
-	var reply redis.Error
-	return errors.Is(err, redislock.ErrNotObtained) || redis.HasErrorPrefix(err, "WRONGTYPE") ||
-		(c.permits > 0 && errors.Is(err, redislock.ErrInvalidOption) && errors.As(err, &reply))
+	return errors.Is(err, redislock.ErrNotObtained) || errors.Is(err, redislock.ErrWrongKind) ||
+		(c.permits > 0 && errors.Is(err, redislock.ErrInvalidOption))
 }
 
 // notObtained reports on stderr that the lock was not obtained (err, see
@@ -216,8 +215,13 @@ func (r *runner) notObtained(err error) int {
 // heldBy says what holds the key, as info (or ierr, the error of Inspect)
 // tells, when c's acquisition failed with err (see isConflict).
 func heldBy(c runConfig, err error, info redislock.Info, ierr error) string {
-	if ierr == nil && info.Mode == redislock.ModeOther {
+	switch {
+	case ierr == nil && info.Mode == redislock.ModeOther:
 		return "the key holds data of another kind than a lock"
+	case ierr == nil && info.Mode == redislock.ModeForeign && len(info.Holders) > 0 && info.Holders[0].TTL < 0:
+		return "the key holds a value redislock did not write, without an expiry: it will not be released by itself"
+	case ierr == nil && info.Mode == redislock.ModeForeign:
+		return "the key holds a value redislock did not write (another owner's lock)"
 	}
 	if errors.Is(err, redislock.ErrNotObtained) { // a wait that ran out, or -n
 		switch {

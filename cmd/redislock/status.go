@@ -27,7 +27,7 @@ const modeFree = "free"
 type statusJSON struct {
 	Key     string       `json:"key"`
 	Held    bool         `json:"held"`
-	Mode    string       `json:"mode"` // exclusive, shared, semaphore, other (data of another kind), or free
+	Mode    string       `json:"mode"` // exclusive, shared, semaphore, foreign (a string redislock did not write), other (data of another kind), or free
 	Holders []holderJSON `json:"holders"`
 	Permits int          `json:"permits,omitempty"` // a semaphore's number of permits
 	Fence   int64        `json:"fence"`             // the latest fence issued, 0 if none
@@ -78,7 +78,7 @@ func status(cfg statusConfig, stdout, stderr io.Writer) int {
 
 func toJSON(info redislock.Info) statusJSON {
 	s := statusJSON{
-		Key: info.Key, Held: len(info.Holders) > 0, Mode: info.Mode, Holders: []holderJSON{},
+		Key: info.Key, Held: len(info.Holders) > 0, Mode: string(info.Mode), Holders: []holderJSON{},
 		Permits: info.Permits, Fence: info.Fence, Waiting: info.Waiting,
 	}
 	if s.Mode == "" {

@@ -149,14 +149,14 @@ func TestStatus_QuotesUnprintableText(t *testing.T) {
 	lk, err := redislock.New(c).Obtain(ctx, key, 30*time.Second)
 	must(t, err)
 	t.Cleanup(func() { _ = lk.Release(context.Background()) })
-	must(t, c.HSet(ctx, "{"+key+"}:redislock:holders:"+key, lk.Token(), desc).Err())
+	must(t, c.HSet(ctx, "{"+key+"}:rl1:holders:"+key, lk.Token(), desc).Err())
 
 	// A token and description that someone else wrote; the side key is the
-	// library's documented holders hash ({key}:redislock:holders:key).
+	// library's documented holders hash ({key}:rl1:holders:key).
 	raw := testKey(t) + ":raw"
 	token, rawDesc := "tok\nwaiting:  7", "bad \xff utf-8\n  token:  x"
 	must(t, c.Set(ctx, raw, token, 30*time.Second).Err())
-	holders := "{" + raw + "}:redislock:holders:" + raw
+	holders := "{" + raw + "}:rl1:holders:" + raw
 	must(t, c.HSet(ctx, holders, token, rawDesc).Err())
 	t.Cleanup(func() { c.Del(context.Background(), raw, holders) })
 
