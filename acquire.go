@@ -39,7 +39,12 @@ func (l *Locker) tried(key string, res attemptResult, err error) error {
 // attemptArgs returns the arguments of an acquisition's single attempt,
 // with a new token.
 func (l *Locker) attemptArgs(key string, ttl time.Duration, o *options) attemptArgs {
-	return attemptArgs{key: key, token: newToken(), holder: o.holder, ttl: ttl, fenced: o.fencing, mode: o.mode, plain: o.plain()}
+	a := attemptArgs{key: key, token: newToken(), holder: o.holder, ttl: ttl, fenced: o.fencing, mode: o.mode, plain: o.plain()}
+	if a.plain {
+		rkey := l.keys.lock(key)
+		a.places = l.keys.side(rkey, key, placesKind)
+	}
+	return a
 }
 
 // once sends the single attempt a (which takes no place in line), bounded
@@ -51,29 +56,14 @@ func (l *Locker) attemptArgs(key string, ttl time.Duration, o *options) attemptA
 // counted) is marked spent, so that a late copy takes nothing.
 func (l *Locker) once(ctx context.Context, a attemptArgs, o *options) (*Lock, attemptResult, error) {
 	start := time.Now()
-	l.chores.begin() // ended when the attempt's outcome is settled
-	res, err := bounded(ctx, l.direct, func(ctx context.Context) (attemptResult, error) {
-		res, err := l.attemptAcked(ctx, a, o.replicas)
-		l.noteErr(err)
-		return res, err
-	}, func(res attemptResult, err error) {
-		defer l.chores.end()
-		if sure := err == nil && !res.resent || res.unsent; !sure || res.ours {
-			// Abandoned at the deadline: undo what it did, and what a
-			// copy that go-redis sent again may still do.
-			l.forget(context.Background(), a.key, a.token, a.mode, !sure, 0)
-		}
-	})
-	if !isAbandoned(err) {
-		l.chores.end()
-	}
+	res, err := l.sendOnce(ctx, a, o.replicas)
 	if err == nil {
 		l.rtts.add(time.Since(start))
 	}
 	switch {
 	case err == nil && res.ours:
 		lk := newLock(l, a.key, a.token, a.mode, res.fence, a.ttl, start)
-		lk.replicas, lk.plain, lk.described, lk.resent = o.replicas, a.plain, a.holder != "", res.resent
+		lk.replicas, lk.plain, lk.places, lk.described, lk.resent = o.replicas, a.plain, a.places, a.holder != "", res.resent
 		if time.Until(lk.Until()) >= a.ttl/2 {
 			return lk, res, nil
 		}
@@ -94,6 +84,34 @@ func (l *Locker) once(ctx context.Context, a attemptArgs, o *options) (*Lock, at
 		l.forget(ctx, a.key, a.token, a.mode, true, forgetWait)
 	}
 	return nil, res, failed("acquire", a.key, err)
+}
+
+// sendOnce sends the single attempt a, bounded by ctx (see bounded): an
+// attempt abandoned at ctx's end settles itself when its outcome comes. It
+// undoes what it did (and what a copy that go-redis sent again may still
+// do) unless its outcome is sure (a reply, go-redis sent it once, or never)
+// and it took nothing.
+func (l *Locker) sendOnce(ctx context.Context, a attemptArgs, r replicas) (attemptResult, error) {
+	if ctx.Done() == nil { // cannot be abandoned
+		res, err := l.attemptAcked(ctx, a, r)
+		l.noteErr(err)
+		return res, err
+	}
+	l.chores.begin() // ended when the attempt's outcome is settled
+	res, err := bounded(ctx, l.direct, func(ctx context.Context) (attemptResult, error) {
+		res, err := l.attemptAcked(ctx, a, r)
+		l.noteErr(err)
+		return res, err
+	}, func(res attemptResult, err error) {
+		defer l.chores.end()
+		if sure := err == nil && !res.resent || res.unsent; !sure || res.ours {
+			l.forget(context.Background(), a.key, a.token, a.mode, !sure, 0)
+		}
+	})
+	if !isAbandoned(err) {
+		l.chores.end()
+	}
+	return res, err
 }
 
 // queue waits in the key's line until the key is handed or passed to this

@@ -12,24 +12,22 @@ import (
 type chores struct {
 	mu   sync.Mutex
 	n    int
-	idle chan struct{} // closed when n drops to 0
+	idle chan struct{} // made by a wait while n > 0, closed when n drops to 0
 }
 
 // begin counts a chore; end ends it.
 func (c *chores) begin() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.n == 0 {
-		c.idle = make(chan struct{})
-	}
 	c.n++
 }
 
 func (c *chores) end() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.n--; c.n == 0 {
+	if c.n--; c.n == 0 && c.idle != nil {
 		close(c.idle)
+		c.idle = nil
 	}
 }
 
@@ -45,12 +43,15 @@ func (c *chores) run(f func()) {
 // wait waits until no chore is left, or ctx ends.
 func (c *chores) wait(ctx context.Context) error {
 	c.mu.Lock()
-	idle := c.idle
-	n := c.n
-	c.mu.Unlock()
-	if n == 0 {
+	if c.n == 0 {
+		c.mu.Unlock()
 		return nil
 	}
+	if c.idle == nil {
+		c.idle = make(chan struct{})
+	}
+	idle := c.idle
+	c.mu.Unlock()
 	select {
 	case <-idle:
 		return c.wait(ctx) // chores begun by those that ended

@@ -193,6 +193,9 @@ func (r refusal) Unwrap() error { return r.error }
 // refusal. Any other error (a reset connection, a timeout) leaves the
 // outcome unknown.
 func refused(err error) bool {
+	if err == nil {
+		return false
+	}
 	var rerr redis.Error
 	var r refusal
 	return errors.As(err, &r) || errors.As(err, &rerr) && !errors.Is(err, redis.Nil)

@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -251,4 +252,33 @@ func TestFence_ExactUpTo2To53(t *testing.T) {
 		assert.Equal(t, int64(0), rdb.Exists(ctx, "k").Val())
 		assert.Equal(t, strconv.FormatInt(1<<53-1, 10), rdb.Get(ctx, fenceKey).Val())
 	})
+}
+
+// Fence counters are one per Redis Cluster hash slot (and namespace), not
+// one per key: fenced locks on 2,000 keys leave one counter per slot their
+// keys hash to (at most 16,384 in all), fewer than the keys; each key's
+// fences still increase, and a counter never expires.
+func TestFencing_OneCounterPerSlot(t *testing.T) {
+	b := miniBackend(t)
+	ctx := context.Background()
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb, redislock.WithFencing())
+	counterOf := map[string]bool{}
+	last := map[string]int64{}
+	for round := range 2 {
+		for i := range 2000 {
+			key := fmt.Sprintf("order:%d", i)
+			lk, err := locker.Obtain(ctx, key, time.Minute)
+			require.NoError(t, err)
+			require.Greater(t, lk.Fence(), last[key], "round %d: %q's fence went down", round, key)
+			last[key] = lk.Fence()
+			require.NoError(t, lk.Release(ctx))
+			counterOf[redislock.FenceKey(key)] = true
+		}
+	}
+	counters := rdb.Keys(ctx, "*:rl1:fence").Val()
+	assert.Len(t, counters, len(counterOf))
+	assert.Less(t, len(counters), 2000, "a counter per key: the keys share none of their slots' counters")
+	assert.Len(t, rdb.Keys(ctx, "*").Val(), len(counters), "only counters are left")
+	assert.Equal(t, time.Duration(-1), rdb.PTTL(ctx, counters[0]).Val())
 }

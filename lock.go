@@ -23,9 +23,10 @@ type Lock struct {
 
 	// What the acquisition wrote, for the release to undo; set before the
 	// Lock is returned.
-	plain     bool // taken by takeScript: while nothing else happens, dropScript releases it
-	described bool // a holder description was stored (WithHolder)
-	lined     bool // got through the line: others likely wait (see Locker.releaseHeld)
+	plain     bool   // taken by takeScript: while nothing else happens, dropScript releases it
+	places    string // its places key, for dropScript
+	described bool   // a holder description was stored (WithHolder)
+	lined     bool   // got through the line: others likely wait (see Locker.releaseHeld)
 	// A command that could take the key for the token may still run when
 	// resent (go-redis sent the acquire twice) or first.mayRun(): its
 	// release then marks the token spent (see spendLua).
@@ -63,7 +64,7 @@ func newLock(l *Locker, key, token string, m lockMode, fence int64, ttl time.Dur
 // its own whose commands start a generation of their own, so that no late
 // command of the passer can change the lease after them. lk.mu is held.
 func (lk *Lock) passed(ttl time.Duration) *Lock {
-	return &Lock{locker: lk.locker, key: lk.key, rkey: lk.rkey, token: lk.token, plain: lk.plain, lined: lk.lined, resent: lk.resent, first: lk.first,
+	return &Lock{locker: lk.locker, key: lk.key, rkey: lk.rkey, token: lk.token, plain: lk.plain, places: lk.places, lined: lk.lined, resent: lk.resent, first: lk.first,
 		holds: 1, since: time.Now(), clock: leaseClock{until: lk.clock.until, ttl: ttl, gen: lk.clock.gen + 1, genTTL: ttl}}
 }
 
@@ -452,6 +453,15 @@ func (l *Locker) releaseHeld(ctx context.Context, lk *Lock) (held bool, handoffs
 		await(ctx, placing, l.silence())
 	}
 	ln, leave := l.lines.releasing(lk)
+	if ctx.Done() == nil { // cannot end: nothing goes on in the background
+		res, err := l.runReleaseOf(ctx, lk, leave)
+		l.noteErr(err)
+		l.lines.released(l, lk.key, ln, res, err)
+		if err != nil {
+			return false, 0, err
+		}
+		return lk.releasedBy(res.released, res.resent), res.handoffs, nil
+	}
 	l.chores.begin()
 	res, err := detached(ctx, l.releaseBound(), func(dctx context.Context) (releaseResult, error) {
 		defer l.chores.end() // it goes on when the caller stops waiting
@@ -478,7 +488,7 @@ func (l *Locker) runReleaseOf(ctx context.Context, lk *Lock, leave string) (rele
 	plain, suspect := lk.plain && !lk.lined && !lk.gens && leave == "", lk.resent || lk.first.mayRun()
 	lk.mu.Unlock()
 	if plain && !suspect {
-		s := scriptCall{dropScript, []string{lk.rkey, l.keys.side(lk.rkey, lk.key, placesKind)}, []any{&counted{s: lk.token}}}
+		s := scriptCall{dropScript, []string{lk.rkey, lk.places}, []any{&counted{s: lk.token}}}
 		cmd, sent := s.run(ctx, l.client)
 		n, err := cmd.Int64()
 		if err != nil || n >= 0 {

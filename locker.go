@@ -22,6 +22,7 @@ import (
 type Locker struct {
 	client  redis.UniversalClient
 	opts    options
+	calls   [2]options              // opts of a call with no options of its own: an Obtain's, a TryObtain's
 	id      string                  // names the Locker's wake channels and its places in line
 	keys    keyspace                // names its keys and channels in Redis
 	masters masters                 // where its locks live
@@ -63,6 +64,8 @@ func newLocker(client redis.UniversalClient, o options) *Locker {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	l := &Locker{client: client, opts: o, id: hex.EncodeToString(id[:]), keys: keyspace{o.namespace}, chores: &chores{}}
+	l.calls[0], l.calls[1] = o.apply(nil, true), o.apply(nil, true)
+	l.calls[1].wait = 0
 	if isNil(client) {
 		client = nil // go-redis's defaults for the timeouts (see timingOf)
 	}
@@ -104,6 +107,9 @@ func (l *Locker) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	if err := l.usable(); err != nil {
 		return nil, err
 	}
+	if len(opts) == 0 {
+		return l.obtain(ctx, key, ttl, &l.calls[0])
+	}
 	o := l.opts.apply(opts, true)
 	return l.obtain(ctx, key, ttl, &o)
 }
@@ -116,6 +122,9 @@ func (l *Locker) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 func (l *Locker) TryObtain(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
 	if err := l.usable(); err != nil {
 		return nil, err
+	}
+	if len(opts) == 0 {
+		return l.obtain(ctx, key, ttl, &l.calls[1])
 	}
 	o := l.opts.apply(opts, true)
 	o.wait = 0
@@ -131,7 +140,8 @@ func (l *Locker) usable() error {
 	return nil
 }
 
-// obtain is Obtain with resolved options; o.wait == 0 makes a single attempt.
+// obtain is Obtain with resolved options, which it does not change; o.wait
+// == 0 makes a single attempt.
 func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, error) {
 	if err := l.check(key, ttl, o); err != nil {
 		return nil, err

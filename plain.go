@@ -186,7 +186,7 @@ var counting atomic.Bool
 // script (after a restart, a failover or SCRIPT FLUSH), and ran nothing.
 func isNoScript(err error) bool {
 	var rerr redis.Error
-	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOSCRIPT")
+	return err != nil && errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOSCRIPT")
 }
 
 // A counted is a script argument (the token) that counts how often go-redis

@@ -764,3 +764,50 @@ func TestQuorum_FailedAttemptTakesNothingAtThaw(t *testing.T) {
 	_, err = redislock.NewQuorum(quorumClients(t, addrsOf(servers))).TryObtain(ctx, "k", time.Second)
 	assert.NoError(t, err, "nobody holds the key")
 }
+
+// Inspect answers at the fastest majority, as Obtain, TTL, Refresh and
+// Release do: with one master of three frozen, or killed, it returns in
+// about a round trip, with the holder a majority reports.
+func TestQuorum_InspectAtTheFastestMajority(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)))
+	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	servers[2].Freeze(t)
+	start := time.Now()
+	info, err := locker.Inspect(ctx, "k")
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), 250*time.Millisecond, "Inspect waited for the frozen master")
+	require.Len(t, info.Holders, 1)
+	assert.Equal(t, lk.Token(), info.Holders[0].Token)
+	servers[2].Thaw(t)
+	servers[1].Kill(t)
+	start = time.Now()
+	_, err = locker.Inspect(ctx, "k")
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), 250*time.Millisecond, "Inspect waited for the dead master")
+	require.NoError(t, lk.Release(ctx))
+	require.NoError(t, locker.Shutdown(ctx))
+}
+
+// Shutdown of a quorum Locker whose clean-up waits for a frozen master
+// returns when its ctx ends, with ctx's error; the clean-up goes on, and a
+// later Shutdown sees it through once the master answers.
+func TestQuorum_ShutdownBoundedByCtx(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers), func(o *redis.Options) { o.ReadTimeout = 5 * time.Second }))
+	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	servers[2].Freeze(t)
+	require.NoError(t, lk.Release(ctx)) // a majority released it; the frozen master's release goes on
+	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = locker.Shutdown(sctx)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), time.Second, "Shutdown outlived its ctx")
+	servers[2].Thaw(t)
+	require.NoError(t, locker.Shutdown(ctx))
+}

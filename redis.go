@@ -138,7 +138,7 @@ func (e abandonedError) Unwrap() error { return e.error }
 // its outcome is settled by bounded's late callback, not by the caller.
 func isAbandoned(err error) bool {
 	var a abandonedError
-	return errors.As(err, &a)
+	return err != nil && errors.As(err, &a)
 }
 
 // timing is what a client's options say about how long its commands take.

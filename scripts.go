@@ -561,6 +561,7 @@ type attemptArgs struct {
 	renew      bool          // renew the token's place, do not take one
 	wake       wakeup        // how a hand-off to the place is announced
 	plain      bool          // a single attempt at a plain lock: takeScript (see plain.go)
+	places     string        // the lock's places key, for a plain attempt
 	first      *firstAttempt // for a line's first attempt of the token, what is known of it
 }
 
@@ -596,7 +597,7 @@ func (a attemptArgs) call(ks keyspace) scriptCall {
 	rkey := ks.lock(a.key)
 	token := &counted{s: a.token}
 	if a.plain {
-		return scriptCall{takeScript, []string{rkey, ks.side(rkey, a.key, placesKind)}, []any{token, a.ttl.Milliseconds()}}
+		return scriptCall{takeScript, []string{rkey, a.places}, []any{token, a.ttl.Milliseconds()}}
 	}
 	return scriptCall{acquireScript, ks.familyKeys(rkey, a.key, a.token), []any{token,
 		a.ttl.Milliseconds(), flag(a.fenced), a.place.Milliseconds(), flag(!a.renew), a.mode.arg(), a.wake.pub(), a.wake.channel, a.holder}}
