@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"testing"
@@ -255,30 +256,40 @@ func TestFence_ExactUpTo2To53(t *testing.T) {
 }
 
 // Fence counters are one per Redis Cluster hash slot (and namespace), not
-// one per key: fenced locks on 2,000 keys leave one counter per slot their
-// keys hash to (at most 16,384 in all), fewer than the keys; each key's
-// fences still increase, and a counter never expires.
+// one per key: 2,000 fenced keys of 50 hash tags leave 50 counters, 3,000
+// random keys at most one per slot they hash to (16,384 at most in all);
+// each key's fences increase from one acquisition to the next, and a
+// counter never expires.
 func TestFencing_OneCounterPerSlot(t *testing.T) {
 	b := miniBackend(t)
 	ctx := context.Background()
 	rdb, _ := b.client(t)
 	locker := redislock.New(rdb, redislock.WithFencing())
-	counterOf := map[string]bool{}
 	last := map[string]int64{}
-	for round := range 2 {
+	acquire := func(key string) {
+		lk, err := locker.Obtain(ctx, key, time.Minute)
+		require.NoError(t, err)
+		require.Greater(t, lk.Fence(), last[key], "%q's fence went down", key)
+		last[key] = lk.Fence()
+		require.NoError(t, lk.Release(ctx))
+	}
+	counters := map[string]bool{}
+	for range 2 {
 		for i := range 2000 {
-			key := fmt.Sprintf("order:%d", i)
-			lk, err := locker.Obtain(ctx, key, time.Minute)
-			require.NoError(t, err)
-			require.Greater(t, lk.Fence(), last[key], "round %d: %q's fence went down", round, key)
-			last[key] = lk.Fence()
-			require.NoError(t, lk.Release(ctx))
-			counterOf[redislock.FenceKey(key)] = true
+			key := fmt.Sprintf("{user:%d}:order:%d", i%50, i)
+			acquire(key)
+			counters[redislock.FenceKey(key)] = true
 		}
 	}
-	counters := rdb.Keys(ctx, "*:rl1:fence").Val()
-	assert.Len(t, counters, len(counterOf))
-	assert.Less(t, len(counters), 2000, "a counter per key: the keys share none of their slots' counters")
-	assert.Len(t, rdb.Keys(ctx, "*").Val(), len(counters), "only counters are left")
-	assert.Equal(t, time.Duration(-1), rdb.PTTL(ctx, counters[0]).Val())
+	assert.Len(t, counters, 50)
+	assert.Equal(t, int64(50), rdb.DBSize(ctx).Val(), "a counter per hash tag's slot, nothing else")
+	var key string
+	for range 3000 {
+		key = fmt.Sprintf("order:%x", rand.Uint64())
+		acquire(key)
+		counters[redislock.FenceKey(key)] = true
+	}
+	assert.Equal(t, int64(len(counters)), rdb.DBSize(ctx).Val(), "a counter per slot, nothing else")
+	assert.Less(t, len(counters), 3050, "one counter per key")
+	assert.Equal(t, time.Duration(-1), rdb.PTTL(ctx, redislock.FenceKey(key)).Val(), "a counter expires")
 }

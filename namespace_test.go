@@ -41,7 +41,7 @@ func TestNamespace_ACLUserLimitedToAPrefix(t *testing.T) {
 	assert.Equal(t, "a", lk.Key())
 	assert.Equal(t, lk.Token(), admin.Get(ctx, "app:a").Val())
 	waiter := obtainAsync(ctx, b2, "a", time.Minute)
-	waitQueued(t, admin, "app:a", 1)
+	waitWaiting(t, a, "a", 1)
 	kept := lk.KeepAlive(ctx)
 	require.NoError(t, lk.Release(ctx))
 	require.Error(t, kept.Err())
@@ -57,7 +57,7 @@ func TestNamespace_ACLUserLimitedToAPrefix(t *testing.T) {
 	reader, err := a.Obtain(ctx, "doc", time.Minute, redislock.WithShared())
 	require.NoError(t, err)
 	writer := obtainAsync(ctx, b2, "doc", time.Minute)
-	waitQueued(t, admin, "app:doc", 1)
+	waitWaiting(t, a, "doc", 1)
 	require.NoError(t, reader.Release(ctx))
 	w := <-writer
 	require.NoError(t, w.err)
@@ -86,4 +86,13 @@ func TestNamespace_SeparatesLockers(t *testing.T) {
 	assert.ElementsMatch(t, []string{"x:k", "y:k"}, rdb.Keys(ctx, "*").Val())
 	require.NoError(t, x.Release(ctx))
 	require.NoError(t, y.Release(ctx))
+}
+
+// waitWaiting waits until n places wait in key's line, as l's Inspect sees it.
+func waitWaiting(t *testing.T, l *redislock.Locker, key string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		info, err := l.Inspect(context.Background(), key)
+		return err == nil && info.Waiting == n
+	}, 5*time.Second, 5*time.Millisecond, "%d places in line", n)
 }

@@ -800,6 +800,9 @@ func TestQuorum_ShutdownBoundedByCtx(t *testing.T) {
 	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers), func(o *redis.Options) { o.ReadTimeout = 5 * time.Second }))
 	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
 	require.NoError(t, err)
+	for _, srv := range servers { // the straggler's attempt has run too
+		require.Eventually(t, func() bool { return srv.Client(t).Get(ctx, "k").Val() == lk.Token() }, time.Second, 5*time.Millisecond)
+	}
 	servers[2].Freeze(t)
 	require.NoError(t, lk.Release(ctx)) // a majority released it; the frozen master's release goes on
 	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
