@@ -57,6 +57,14 @@ func TestDeploy_Cluster(t *testing.T) {
 		deploySideKeysInSlot(t, cluster)
 	})
 
+	// Hand-offs are announced on shard channels (SPUBLISH) in the lock
+	// key's slot: the masters of the other shards receive none of them
+	// over the cluster bus (a PUBLISH would reach every node), the serving
+	// master's replica does.
+	t.Run("HandOffsStayInTheirShard", func(t *testing.T) {
+		deployShardLocalHandOffs(t, cluster)
+	})
+
 	// A controlled failover (CLUSTER FAILOVER) of the master serving a held
 	// lock, a kept lock and a waiter: see deployShardFailover.
 	t.Run("ShardFailover/manual", func(t *testing.T) {
@@ -840,4 +848,69 @@ func noLibraryGoroutinesLeft(t testing.TB) func(d time.Duration) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+}
+
+// deployShardLocalHandOffs is TestDeploy_Cluster/HandOffsStayInTheirShard.
+func deployShardLocalHandOffs(t *testing.T, cluster *redistest.Cluster) {
+	ctx := ctxT(t, 30*time.Second)
+	const key = "deploy-shard-local"
+	serving := cluster.MasterFor(t, key)
+	busMessages := func(srv *redistest.Server) (publish, shard int64) {
+		info, _ := srv.Do(t, "CLUSTER", "INFO").(string)
+		for _, line := range strings.Split(info, "\r\n") {
+			name, v, _ := strings.Cut(line, ":")
+			var n int64
+			fmt.Sscan(v, &n)
+			switch name {
+			case "cluster_stats_messages_publish_received":
+				publish = n
+			case "cluster_stats_messages_publishshard_received":
+				shard = n
+			}
+		}
+		return publish, shard
+	}
+	type count struct{ publish, shard int64 }
+	snapshot := func() map[*redistest.Server]count {
+		m := map[*redistest.Server]count{}
+		for _, srv := range cluster.Nodes() {
+			p, s := busMessages(srv)
+			m[srv] = count{p, s}
+		}
+		return m
+	}
+	before := snapshot()
+	a, b := redislock.New(cluster.Client(t), deployNoPolling), redislock.New(cluster.Client(t), deployNoPolling)
+	const handOffs = 10
+	lk, err := a.Obtain(ctx, key, 10*time.Second)
+	require.NoError(t, err)
+	for i := range handOffs {
+		next := b
+		if i%2 == 1 {
+			next = a
+		}
+		w := obtainAsync(ctx, next, key, 10*time.Second)
+		waitQueued(t, cluster.Client(t), key, 1)
+		require.NoError(t, lk.Release(ctx))
+		o := <-w
+		require.NoError(t, o.err)
+		lk = o.lock
+	}
+	require.NoError(t, lk.Release(ctx))
+	after := snapshot()
+	replica := cluster.ReplicaOf(t, serving)
+	for srv, c := range after {
+		got := count{c.publish - before[srv].publish, c.shard - before[srv].shard}
+		switch srv {
+		case replica:
+			assert.GreaterOrEqual(t, got.shard, int64(handOffs), "the serving shard's replica got the hand-offs")
+		default:
+			assert.Zero(t, got.publish, "%s got PUBLISH messages over the bus", srv.Addr())
+			if srv != serving {
+				assert.Zero(t, got.shard, "%s, of another shard, got shard messages", srv.Addr())
+			}
+		}
+	}
+	require.NoError(t, a.Shutdown(ctx))
+	require.NoError(t, b.Shutdown(ctx))
 }

@@ -255,3 +255,30 @@ func BenchmarkReplicas(b *testing.B) {
 		})
 	}
 }
+
+// A kept WithReplicas lock whose primary fails over is reported lost once
+// no replica acknowledges its renewals (the promoted replica has none),
+// and from then on nothing extends it: it is given back as soon as Redis
+// answers, so a competitor gets the key within about one lease of the last
+// acknowledged write (the renewals that Redis ran but no replica
+// acknowledged do not keep it for another lease).
+func TestReplicas_LostLockIsFreeWithinALease(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	p := replicationThrough(t, s)
+	ctx := ctxT(t, 60*time.Second)
+	const ttl = 2 * time.Second
+	lk, err := redislock.New(s.Client(t), redislock.WithReplicas(1, 100*time.Millisecond)).Obtain(ctx, "k", ttl)
+	require.NoError(t, err)
+	lost := watchLoss(lk.KeepAlive(ctx))
+	time.Sleep(ttl) // renewed, and acknowledged, a few times
+	killed := time.Now() // the last acknowledged write was before this
+	killPrimary(t, s, p)
+	competitor := obtainAsync(ctx, redislock.New(s.Client(t)), "k", time.Minute)
+	l := <-lost
+	require.ErrorIs(t, l.cause, redislock.ErrLockLost)
+	c := <-competitor
+	require.NoError(t, c.err)
+	t.Logf("lost %v and taken %v after the primary was killed", l.at.Sub(killed), c.at.Sub(killed))
+	assert.Less(t, c.at.Sub(killed), ttl+time.Second, "the key outlived its last acknowledged lease")
+	require.NoError(t, c.lock.Release(ctx))
+}
