@@ -270,7 +270,7 @@ func TestReplicas_LostLockIsFreeWithinALease(t *testing.T) {
 	lk, err := redislock.New(s.Client(t), redislock.WithReplicas(1, 100*time.Millisecond)).Obtain(ctx, "k", ttl)
 	require.NoError(t, err)
 	lost := watchLoss(lk.KeepAlive(ctx))
-	time.Sleep(ttl) // renewed, and acknowledged, a few times
+	time.Sleep(ttl)      // renewed, and acknowledged, a few times
 	killed := time.Now() // the last acknowledged write was before this
 	killPrimary(t, s, p)
 	competitor := obtainAsync(ctx, redislock.New(s.Client(t)), "k", time.Minute)
