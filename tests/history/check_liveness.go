@@ -1,0 +1,53 @@
+package history
+
+import "fmt"
+
+// CheckLiveness checks that once the faults have healed, every waiter is
+// served within the deployment's bound: an Obtain or WithLock (not a
+// TryObtain, which may fail on contention) that was waiting at the heal,
+// or was called after it, acquired within Bound of the later of its call
+// and the heal. Calls whose bound ends after the workers were told to stop
+// are not judged. A call still waiting at the stop was cancelled then, and
+// is judged like one that failed.
+//
+// The bound is stated per deployment (Deployment.Bound): the longest lease
+// a lost holder may leave in Redis, plus the time the other workers take
+// their turns, plus (quorum) the rounds a polling waiter may lose.
+func CheckLiveness(h *History) []Violation {
+	var out []Violation
+	for _, e := range h.Attempts {
+		if e.Call == CallTry || e.Return < h.Heal {
+			continue
+		}
+		from := max(e.Invoke, h.Heal)
+		due := from + h.Bound
+		if due > h.Stop {
+			continue
+		}
+		if e.Outcome == OutOK && e.Return <= due {
+			continue
+		}
+		what := fmt.Sprintf("returned %s after %s: %s", e.Outcome, ms(e.Return-from), e.Err)
+		if e.Outcome == OutOK {
+			what = fmt.Sprintf("acquired only after %s", ms(e.Return-from))
+		}
+		out = append(out, Violation{Property: PropLiveness, Key: e.Key, At: due,
+			Evidence: fmt.Sprintf("not served within %s of %s (the heal at %s)\n%s %s(%s) called %s %s",
+				ms(h.Bound), ms(from), ms(h.Heal), holdID(e), e.Call, e.Mode, ms(e.Invoke), what)})
+	}
+	return out
+}
+
+// WaitsAfterHeal returns how many Obtain and WithLock calls CheckLiveness
+// judged, and the longest any of them waited from the later of its call
+// and the heal.
+func WaitsAfterHeal(h *History) (n int, longest int64) {
+	for _, e := range h.Attempts {
+		if e.Call == CallTry || e.Return < h.Heal || max(e.Invoke, h.Heal)+h.Bound > h.Stop {
+			continue
+		}
+		n++
+		longest = max(longest, e.Return-max(e.Invoke, h.Heal))
+	}
+	return n, longest
+}
