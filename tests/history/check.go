@@ -54,7 +54,7 @@ type Result struct {
 	// longest of them (from the later of the call and the heal).
 	Judged  int
 	MaxWait int64
-	Files    []string // porcupine visualizations of illegal histories
+	Files   []string // porcupine visualizations of illegal histories
 }
 
 // Anomalies returns the violations no documented limit explains.
