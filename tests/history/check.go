@@ -54,7 +54,10 @@ type Result struct {
 	// longest of them (from the later of the call and the heal).
 	Judged  int
 	MaxWait int64
-	Files   []string // porcupine visualizations of illegal histories
+	// StaleRefused and StaleTaken count the writes made after the
+	// writer's right had ended that the resource refused, and took.
+	StaleRefused, StaleTaken int
+	Files                    []string // porcupine visualizations of illegal histories
 }
 
 // Anomalies returns the violations no documented limit explains.
@@ -96,6 +99,7 @@ func Check(h *History) *Result {
 	r.Register, r.Files = verdicts, files
 	r.Violations = append(r.Violations, CheckLiveness(h)...)
 	r.Judged, r.MaxWait = WaitsAfterHeal(h)
+	r.StaleRefused, r.StaleTaken = StaleWrites(h)
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].At < r.Violations[j].At })
 	return r
 }

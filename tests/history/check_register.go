@@ -237,3 +237,26 @@ func sanitize(s string) string {
 		return '_'
 	}, s)
 }
+
+// StaleWrites counts the writes made after the writer's right had ended
+// (its lock's context was done, or it had called Release): how many the
+// resource refused, and how many it took (no newer holder had written
+// yet, which fencing allows).
+func StaleWrites(h *History) (refused, taken int) {
+	end := map[string]int64{}
+	for _, hd := range h.Holds {
+		end[hd.ID] = hd.End
+	}
+	for _, e := range h.Writes {
+		if e.Invoke <= end[holdID(e)] {
+			continue
+		}
+		switch e.Outcome {
+		case OutRejected:
+			refused++
+		case OutOK:
+			taken++
+		}
+	}
+	return refused, taken
+}

@@ -58,7 +58,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	type row struct {
 		deploy, faults                   string
 		episodes, ops, holds, injections int
-		judged                           int
+		judged, staleRefused, staleTaken int
 		maxWait                          int64
 		counts                           map[string][2]int
 		register                         map[string]int
@@ -79,6 +79,8 @@ func (r *Report) WriteTable(w io.Writer) {
 		rw.holds += len(h.Holds)
 		rw.injections += len(h.Faults)
 		rw.judged += res.Judged
+		rw.staleRefused += res.StaleRefused
+		rw.staleTaken += res.StaleTaken
 		rw.maxWait = max(rw.maxWait, res.MaxWait)
 		for _, p := range Properties {
 			a, e := res.Count(p)
@@ -89,20 +91,20 @@ func (r *Report) WriteTable(w io.Writer) {
 			rw.register[v]++
 		}
 	}
-	fmt.Fprintf(w, "| deployment | faults | episodes | faults injected | operations | acquisitions | waits after heal: n, longest |")
+	fmt.Fprintf(w, "| deployment | faults | episodes | faults injected | operations | acquisitions | waits after heal: n, longest | stale writes: refused, taken |")
 	for _, p := range Properties {
 		fmt.Fprintf(w, " %s |", p)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprint(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprint(w, "|---|---|---|---|---|---|---|---|")
 	for range Properties {
 		fmt.Fprint(w, "---|")
 	}
 	fmt.Fprintln(w)
 	total := row{counts: map[string][2]int{}}
 	for _, rw := range rows {
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %d, %s |", rw.deploy, rw.faults, rw.episodes, rw.injections, rw.ops, rw.holds,
-			rw.judged, time.Duration(rw.maxWait).Round(time.Millisecond))
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %d, %s | %d, %d |", rw.deploy, rw.faults, rw.episodes, rw.injections, rw.ops, rw.holds,
+			rw.judged, time.Duration(rw.maxWait).Round(time.Millisecond), rw.staleRefused, rw.staleTaken)
 		for _, p := range Properties {
 			c := rw.counts[p]
 			fmt.Fprintf(w, " %d/%d |", c[0], c[1])
@@ -116,9 +118,11 @@ func (r *Report) WriteTable(w io.Writer) {
 		total.holds += rw.holds
 		total.judged += rw.judged
 		total.maxWait = max(total.maxWait, rw.maxWait)
+		total.staleRefused += rw.staleRefused
+		total.staleTaken += rw.staleTaken
 	}
-	fmt.Fprintf(w, "| **all** | | %d | %d | %d | %d | %d, %s |", total.episodes, total.injections, total.ops, total.holds,
-		total.judged, time.Duration(total.maxWait).Round(time.Millisecond))
+	fmt.Fprintf(w, "| **all** | | %d | %d | %d | %d | %d, %s | %d, %d |", total.episodes, total.injections, total.ops, total.holds,
+		total.judged, time.Duration(total.maxWait).Round(time.Millisecond), total.staleRefused, total.staleTaken)
 	for _, p := range Properties {
 		c := total.counts[p]
 		fmt.Fprintf(w, " %d/%d |", c[0], c[1])
