@@ -110,6 +110,37 @@ func TestHistory_Short(t *testing.T) {
 	finish(t, report)
 }
 
+// The harness sees anomalies: when another client deletes the lock keys
+// behind the holders' backs (no fault the library claims to survive), the
+// checkers report exclusion anomalies, and fencing still holds (fences
+// keep increasing, the resource stays a linearizable fenced register). A
+// checker that reported nothing here would be blind.
+func TestHistory_SeesAnomalies(t *testing.T) {
+	if *longFlag {
+		t.Skip("-history.long: TestHistory_Long runs instead")
+	}
+	resource := StartResource(t)
+	single := StartSingle(t)
+	r := RunEpisode(t, Episode{Deploy: single, Window: time.Second, Calm: time.Second, Procs: 3, Workers: 3,
+		Margin: 100 * time.Millisecond, Faults: []string{FaultRogueDelete}}, 0, *seedFlag, resource)
+	var buf bytes.Buffer
+	rep := &Report{Seed: *seedFlag, Results: []*Result{r}}
+	rep.WriteTable(&buf)
+	rep.WriteDetails(&buf, 2)
+	t.Log("\n" + buf.String())
+	if a, _ := r.Count(PropExclusion); a == 0 {
+		t.Errorf("no exclusion anomaly reported while the lock keys were deleted")
+	}
+	for _, p := range []string{PropFenceOrder, PropRegister, PropFencing} {
+		if a, e := r.Count(p); a+e > 0 {
+			t.Errorf("%s: %d anomalies, %d expected: fencing must hold", p, a, e)
+		}
+	}
+	for _, p := range r.Problems {
+		t.Errorf("recording problem: %s", p)
+	}
+}
+
 // The long run: every deployment and fault, one fault kind per episode,
 // round and round until -history.duration has passed and -history.ops
 // operations were checked. It specifies what TestHistory_Short does, over

@@ -27,6 +27,11 @@ const (
 	FaultKillPrimary  = "kill-primary"  // SIGKILL the Sentinel primary; restart it once the replica took over
 	FaultKillMaster   = "kill-master"   // SIGKILL the Cluster master of the exclusive key; restart it once its replica took over
 	FaultShardMove    = "cluster-failover"
+	// FaultRogueDelete is not a fault the library claims to survive:
+	// another client deletes the lock keys, every 20 ms for 3 s. The
+	// harness's self-check injects it to see that the checkers report
+	// what follows (TestHistory_SeesAnomalies).
+	FaultRogueDelete = "rogue-delete"
 )
 
 // What a fault makes Redis forget (Fault.Loses).
@@ -54,13 +59,13 @@ type Nemesis struct {
 	d      *Deployment
 	rng    *rand.Rand
 	procs  []*Child
-	key    string // the exclusive key (FaultKillMaster kills its master)
+	keys   []KeySpec // keys[0] is the exclusive key (FaultKillMaster kills its master)
 	Faults []Fault
 }
 
 // NewNemesis returns a nemesis for d and procs, seeded.
-func NewNemesis(t testing.TB, d *Deployment, procs []*Child, key string, seed uint64) *Nemesis {
-	return &Nemesis{t: t, d: d, rng: rand.New(rand.NewPCG(seed, 0x5eed)), procs: procs, key: key}
+func NewNemesis(t testing.TB, d *Deployment, procs []*Child, keys []KeySpec, seed uint64) *Nemesis {
+	return &Nemesis{t: t, d: d, rng: rand.New(rand.NewPCG(seed, 0x5eed)), procs: procs, keys: keys}
 }
 
 // Run injects the faults of kinds, in a shuffled order over and over, with
@@ -176,7 +181,7 @@ func (n *Nemesis) inject(kind string) {
 		n.waitPrimaryMoves(old)
 		d.restart(t, s) // it comes back empty; the Sentinels make it a replica
 	case FaultKillMaster:
-		m := d.cluster.KillMaster(t, n.key)
+		m := d.cluster.KillMaster(t, n.keys[0].Name)
 		f.Target = m.Addr()
 		d.mu.Lock()
 		d.down[m] = true
@@ -184,9 +189,20 @@ func (n *Nemesis) inject(kind string) {
 		d.cluster.WaitFailover(t, m)
 		d.restart(t, m) // it rejoins as a replica
 	case FaultShardMove:
-		m := d.cluster.MasterFor(t, n.key)
+		m := d.cluster.MasterFor(t, n.keys[0].Name)
 		f.Target = m.Addr()
 		d.cluster.Failover(t, m)
+	case FaultRogueDelete:
+		f.Target = "the lock keys"
+		end := time.Now().Add(3 * time.Second)
+		for time.Now().Before(end) {
+			for _, k := range n.keys {
+				if _, err := do(d.single.Addr(), "DEL", k.Name); err != nil {
+					t.Logf("nemesis: DEL %s: %v", k.Name, err)
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	default:
 		t.Fatalf("nemesis: unknown fault %q", kind)
 	}

@@ -185,7 +185,7 @@ func RunEpisode(t testing.TB, ep Episode, n int, seed uint64, resource string) *
 		}
 	}
 	start := Now()
-	nem := NewNemesis(t, d, children, keys[0].Name, base.Seed)
+	nem := NewNemesis(t, d, children, keys, base.Seed)
 	nem.Run(ep.Faults, ep.Window)
 	d.Heal(t)
 	heal := Now()
