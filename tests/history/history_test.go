@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +23,7 @@ var (
 	duration   = flag.Duration("history.duration", 12*time.Minute, "TestHistory_Long: how long to run at least")
 	minOps     = flag.Int("history.ops", 100_000, "TestHistory_Long: how many operations to check at least")
 	reportFlag = flag.String("history.report", "", "write the run's table and details to this file")
+	onlyFlag   = flag.String("history.only", "", "TestHistory_Long: run only the episodes whose \"deployment/fault+fault\" matches this regular expression")
 )
 
 // TestMain runs a worker process when $REDISLOCK_HISTORY_CHILD is set, and
@@ -85,11 +88,12 @@ func TestHistory_Short(t *testing.T) {
 	t.Logf("seed %d (reproduce: go test -race -run '^TestHistory_Short$' ./history -args -history.seed=%d)", seed, seed)
 	started := time.Now()
 	resource := StartResource(t)
-	var single, quorum, sentinel *Deployment
+	var single, quorum, sentinel, cluster *Deployment
 	parallel(t,
 		func() { single = StartSingle(t) },
 		func() { quorum = StartQuorum(t) },
 		func() { sentinel = StartSentinel(t) },
+		func() { cluster = StartCluster(t) },
 	)
 	margin := 100 * time.Millisecond
 	ep := func(d *Deployment, window time.Duration, workers int, faults ...string) Episode {
@@ -101,6 +105,7 @@ func TestHistory_Short(t *testing.T) {
 		ep(single, 9*time.Second, 3, FaultFreeze, FaultHold, FaultReset, FaultLatency, FaultScriptFlush, FaultClientKill,
 			FaultRestartAOF, FaultPauseClient),
 		ep(single, time.Second, 3, FaultRestartEmpty),
+		ep(cluster, time.Second, 2, FaultKillMaster),
 	}, {
 		ep(quorum, 4*time.Second, 2, FaultRestartAOF, FaultFreeze, FaultPauseClient),
 		ep(sentinel, time.Second, 2, FaultFailover),
@@ -168,7 +173,7 @@ func TestHistory_Long(t *testing.T) {
 		if d == quorum {
 			workers = 2
 		}
-		return Episode{Deploy: d, Window: window, Calm: d.Bound + time.Second, Procs: 3, Workers: workers, Margin: margin, Faults: faults}
+		return Episode{Deploy: d, Window: window, Calm: d.Bound + 3*time.Second, Procs: 4, Workers: workers, Margin: margin, Faults: faults}
 	}
 	round := []Episode{
 		ep(single, 10*time.Second, FaultFreeze),
@@ -193,8 +198,16 @@ func TestHistory_Long(t *testing.T) {
 		ep(cluster, 10*time.Second, FaultPauseClient),
 		ep(cluster, 10*time.Second, FaultScriptFlush, FaultClientKill),
 	}
+	only, err := regexp.Compile(*onlyFlag)
+	if err != nil {
+		t.Fatalf("-history.only: %v", err)
+	}
+	round = slices.DeleteFunc(round, func(e Episode) bool { return !only.MatchString(e.Deploy.Name + "/" + strings.Join(e.Faults, "+")) })
+	if len(round) == 0 {
+		t.Fatalf("-history.only %q matches no episode", *onlyFlag)
+	}
 	report := &Report{Seed: seed, Started: started}
-	for n := 0; time.Since(started) < *duration || report.Ops() < *minOps; n++ {
+	for n := 0; time.Since(started) < *duration || report.Ops() < *minOps || n < len(round); n++ {
 		e := round[n%len(round)]
 		res := RunEpisode(t, e, n, seed, resource)
 		report.Results = append(report.Results, res)
