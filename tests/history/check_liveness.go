@@ -1,14 +1,18 @@
 package history
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // CheckLiveness checks that once the faults have healed, every waiter is
 // served within the deployment's bound: an Obtain or WithLock (not a
 // TryObtain, which may fail on contention) that was waiting at the heal,
 // or was called after it, acquired within Bound of the later of its call
 // and the heal. Calls whose bound ends after the workers were told to stop
-// are not judged. A call still waiting at the stop was cancelled then, and
-// is judged like one that failed.
+// are not judged, nor calls that gave up at their own deadline (Meta.Wait
+// after the call) before their bound ended. A call still waiting at the
+// stop was cancelled then, and is judged like one that failed.
 //
 // The bound is stated per deployment (Deployment.Bound): the longest lease
 // a lost holder may leave in Redis, plus the time the other workers take
@@ -16,14 +20,11 @@ import "fmt"
 func CheckLiveness(h *History) []Violation {
 	var out []Violation
 	for _, e := range h.Attempts {
-		if e.Call == CallTry || e.Return < h.Heal {
+		if !judged(h, e) {
 			continue
 		}
 		from := max(e.Invoke, h.Heal)
 		due := from + h.Bound
-		if due > h.Stop {
-			continue
-		}
 		if e.Outcome == OutOK && e.Return <= due {
 			continue
 		}
@@ -43,11 +44,24 @@ func CheckLiveness(h *History) []Violation {
 // and the heal.
 func WaitsAfterHeal(h *History) (n int, longest int64) {
 	for _, e := range h.Attempts {
-		if e.Call == CallTry || e.Return < h.Heal || max(e.Invoke, h.Heal)+h.Bound > h.Stop {
+		if !judged(h, e) {
 			continue
 		}
 		n++
 		longest = max(longest, e.Return-max(e.Invoke, h.Heal))
 	}
 	return n, longest
+}
+
+// judged reports whether CheckLiveness judges attempt e.
+func judged(h *History, e Event) bool {
+	if e.Call == CallTry || e.Return < h.Heal {
+		return false
+	}
+	due := max(e.Invoke, h.Heal) + h.Bound
+	if due > h.Stop {
+		return false
+	}
+	gaveUp := e.Outcome == OutNotObtained || (e.Outcome == OutError && strings.Contains(e.Err, "deadline exceeded"))
+	return !(gaveUp && h.Wait > 0 && e.Invoke+h.Wait < due)
 }

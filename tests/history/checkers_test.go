@@ -257,7 +257,7 @@ func TestCheckRegister_SameFence(t *testing.T) {
 // is not judged.
 func TestCheckLiveness(t *testing.T) {
 	h := hist()
-	h.Heal, h.Stop = 10000*msec, 20000*msec
+	h.Heal, h.Stop, h.Wait = 10000*msec, 20000*msec, 8000*msec
 	at := func(call string, invoke, ret int64, outcome string) Event {
 		return Event{Type: EvAcquire, Call: call, Key: "x", Invoke: invoke * msec, Return: ret * msec, Outcome: outcome}
 	}

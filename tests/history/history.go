@@ -14,6 +14,7 @@ type Meta struct {
 	TTL        int64    // ns
 	Margin     int64    // WithSafetyMargin, ns
 	Bound      int64    // the liveness bound, ns
+	Wait       int64    // how long an Obtain waits at most (its ctx's timeout), ns
 	Start      int64    // the nemesis started
 	Heal       int64    // the faults had healed
 	Stop       int64    // the workers were told to stop
@@ -151,6 +152,11 @@ func Assemble(events []Event, meta Meta, faults []Fault) *History {
 			if e.At < hd.End {
 				hd.End, hd.EndBy, hd.Cause = e.At, e.Source, e.Err
 			}
+		}
+	}
+	for _, hd := range h.Holds {
+		if hd.End == math.MaxInt64 {
+			h.Problems = append(h.Problems, fmt.Sprintf("%s: neither its release nor the end of its context was recorded", hd.ID))
 		}
 	}
 	slices.SortFunc(h.Holds, func(a, b *Hold) int { return cmp64(a.Acquired, b.Acquired) })

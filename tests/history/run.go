@@ -200,7 +200,7 @@ func RunEpisode(t testing.TB, ep Episode, n int, seed uint64, resource string) *
 	}
 	h := Assemble(events, Meta{
 		Deploy: d.Name, FaultKinds: ep.Faults, TTL: int64(d.TTL), Margin: int64(ep.Margin), Bound: int64(d.Bound),
-		Start: start, Heal: heal, Stop: stop, Keys: keys,
+		Wait: int64(base.Wait), Start: start, Heal: heal, Stop: stop, Keys: keys,
 	}, nem.Faults)
 	r := Check(h)
 	r.Problems = append(r.Problems, problems...)
