@@ -103,11 +103,20 @@ func TestCheckExclusion_PausedHolder(t *testing.T) {
 	if an, _ := props(CheckExclusion(h)); len(an) != 1 {
 		t.Errorf("no pause: want 1 anomaly, got %v", an)
 	}
+	h = hist(a, after) // a pause over before A's lost-lock timer was due (at 890 ms)
+	h.Faults = []Fault{{Kind: FaultPauseClient, Proc: 0, Start: 100 * msec, End: 800 * msec}}
+	if an, _ := props(CheckExclusion(h)); len(an) != 1 {
+		t.Errorf("a pause over before the timer was due: want 1 anomaly, got %v", an)
+	}
+	h.Faults[0].Start, h.Faults[0].End = 995*msec, 2500*msec // a pause from after the signal's deadline (990 ms)
+	if an, _ := props(CheckExclusion(h)); len(an) != 1 {
+		t.Errorf("a pause after the signal's deadline: want 1 anomaly, got %v", an)
+	}
 }
 
 // A stall of the holder's process explains a late signal only when it is
-// at least the safety margin long and comes after the lost-lock timer was
-// due.
+// at least the safety margin long, and the process was stalled when the
+// lost-lock timer had to fire (due at 890 ms, by 990 ms).
 func TestCheckExclusion_Stall(t *testing.T) {
 	a := mkHold("A", 0, "x", ModeExclusive, 0, 1300, 1000, 1)
 	b := mkHold("B", 1, "x", ModeExclusive, 1100, 1200, 2100, 2)
@@ -115,10 +124,10 @@ func TestCheckExclusion_Stall(t *testing.T) {
 		from, to int64
 		explains bool
 	}{
-		{850, 1250, true},   // from before the timer was due (at 880) past B's acquisition
-		{900, 960, false},   // shorter than the margin
-		{100, 400, false},   // long before the timer was due
-		{1150, 1290, false}, // after B acquired
+		{850, 1250, true},  // from before the timer was due (at 880) past B's acquisition
+		{900, 960, false},  // shorter than the margin
+		{100, 400, false},  // long before the timer was due
+		{995, 1290, false}, // from after the signal's deadline
 	} {
 		h := hist(a, b)
 		h.Stalls = []Event{{Type: EvStall, Proc: 0, Invoke: c.from * msec, At: c.to * msec}}

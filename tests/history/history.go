@@ -173,30 +173,6 @@ func cmp64(a, b int64) int {
 	return 0
 }
 
-// stalledDuring returns the longest stall of proc that overlaps [from, to],
-// as [start, end], and whether there is one. A SIGSTOP of the process shows
-// as a stall too.
-func (h *History) stalledDuring(proc int, from, to int64) (int64, int64, bool) {
-	var bs, be int64
-	found := false
-	for _, s := range h.Stalls {
-		if s.Proc == proc && s.Invoke < to && s.At > from && (!found || s.At-s.Invoke > be-bs) {
-			bs, be, found = s.Invoke, s.At, true
-		}
-	}
-	return bs, be, found
-}
-
-// pausedDuring returns a FaultPauseClient of proc that began in [from, to].
-func (h *History) pausedDuring(proc int, from, to int64) (Fault, bool) {
-	for _, f := range h.Faults {
-		if f.Kind == FaultPauseClient && f.Proc == proc && f.Start >= from && f.Start <= to {
-			return f, true
-		}
-	}
-	return Fault{}, false
-}
-
 // forgotten returns a fault that made Redis forget what loses says (or
 // more) and that happened within [from, to].
 func (h *History) forgotten(loses string, from, to int64) (Fault, bool) {

@@ -23,6 +23,8 @@ var (
 	duration   = flag.Duration("history.duration", 12*time.Minute, "TestHistory_Long: how long to run at least")
 	minOps     = flag.Int("history.ops", 100_000, "TestHistory_Long: how many operations to check at least")
 	reportFlag = flag.String("history.report", "", "write the run's table and details to this file")
+	eventsFlag = flag.String("history.events", "", "save every episode's recorded history in this directory")
+	recheck    = flag.String("history.recheck", "", "TestHistory_Recheck: check the histories saved in these files (a glob) again")
 	onlyFlag   = flag.String("history.only", "", "TestHistory_Long: run only the episodes whose \"deployment/fault+fault\" matches this regular expression")
 )
 
@@ -35,6 +37,7 @@ func TestMain(m *testing.M) {
 		os.Exit(ChildMain())
 	}
 	flag.Parse()
+	EventsDir = *eventsFlag
 	undo := withParentDeathSignal()
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		undo()
@@ -190,6 +193,9 @@ func TestHistory_Long(t *testing.T) {
 		ep(quorum, 10*time.Second, FaultRestartEmpty),
 		ep(quorum, 10*time.Second, FaultPauseClient),
 		ep(quorum, 10*time.Second, FaultScriptFlush, FaultClientKill),
+		ep(single, 15*time.Second, FaultFreeze, FaultHold, FaultReset, FaultLatency, FaultScriptFlush, FaultClientKill,
+			FaultRestartAOF, FaultPauseClient),
+		ep(quorum, 15*time.Second, FaultRestartAOF, FaultFreeze, FaultPauseClient, FaultScriptFlush, FaultClientKill),
 		ep(sentinel, time.Second, FaultFailover),
 		ep(sentinel, time.Second, FaultKillPrimary),
 		ep(sentinel, 10*time.Second, FaultPauseClient),
@@ -220,6 +226,29 @@ func TestHistory_Long(t *testing.T) {
 	}
 	report.Wall = time.Since(started)
 	finish(t, report)
+}
+
+// Histories saved with -history.events check again the same: the checkers
+// are a function of the recorded history.
+//
+//	go test -run '^TestHistory_Recheck$' -v ./history -args -history.recheck '/tmp/h/episode-*.json'
+func TestHistory_Recheck(t *testing.T) {
+	if *recheck == "" {
+		t.Skip("-history.recheck GLOB")
+	}
+	files, err := filepath.Glob(*recheck)
+	if err != nil || len(files) == 0 {
+		t.Fatalf("-history.recheck %q: no files (%v)", *recheck, err)
+	}
+	r := &Report{Seed: *seedFlag}
+	for _, f := range files {
+		h, err := LoadEpisode(f)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		r.Results = append(r.Results, Check(h))
+	}
+	finish(t, r)
 }
 
 // runLanes runs the lanes at once, the episodes of each one after the

@@ -32,8 +32,8 @@ const (
 // a's lease ended by a's own clock (a.Until), Redis gave the key away while
 // the library said a's lease ran: no pause of a explains that. Else a's
 // lease was over and a was not told in time: a limit only if a's process
-// was paused (SIGSTOP) in between, or did not run for longer than the
-// safety margin after its lost-lock timer was due.
+// was stopped (SIGSTOP), or ran nothing for longer than the safety margin,
+// when its lost-lock timer had to fire (explainLateSignal).
 func explainOverlap(h *History, a, b *Hold) string {
 	if f, ok := h.forgotten(LosesLocks, a.Invoke, b.Acquired); ok {
 		return fmt.Sprintf("%s: %s of %s at %s", LimitRestartEmpty, f.Kind, f.Target, ms(f.Start))
@@ -46,15 +46,32 @@ func explainOverlap(h *History, a, b *Hold) string {
 
 // explainLateSignal returns the limit that explains why a's right was not
 // seen ended by by (a moment after a's lease ended by its own clock), or
-// "" when none does.
+// "" when none does. KeepAlive's lost-lock timer was due at
+// due = Until - ttl/100 - min(margin, ttl/4), and the signal must come by
+// last = Until - ttl/100: a's process must have been stopped (SIGSTOP), or
+// have run nothing for at least min(margin, ttl/4), at some time between
+// the two, so that the timer could not fire in time. When a's Until is
+// unknown (see Hold.Until), any SIGSTOP of a's process between a's call
+// and by explains it.
 func explainLateSignal(h *History, a *Hold, by int64) string {
-	if f, ok := h.pausedDuring(a.Proc, a.Invoke, by); ok {
-		return fmt.Sprintf("%s: proc %d stopped %s-%s", LimitPaused, a.Proc, ms(f.Start), ms(f.End))
-	}
 	m := min(h.Margin, h.TTL/4)
-	due := a.Until - h.TTL/100 - m // when KeepAlive's lost-lock timer was due
-	if s, e, ok := h.stalledDuring(a.Proc, due, by); ok && e-s >= m {
-		return fmt.Sprintf("%s: proc %d ran nothing %s-%s (%s), timer due at %s", LimitLateTimer, a.Proc, ms(s), ms(e), ms(e-s), ms(due))
+	due, last := a.Until-h.TTL/100-m, a.Until-h.TTL/100
+	for _, f := range h.Faults {
+		if f.Kind != FaultPauseClient || f.Proc != a.Proc || f.Start >= by {
+			continue
+		}
+		if a.Until == 0 && f.Start >= a.Invoke || a.Until != 0 && f.Start < last && f.End > due {
+			return fmt.Sprintf("%s: proc %d stopped %s-%s, its lost-lock timer due at %s", LimitPaused, a.Proc, ms(f.Start), ms(f.End), ms(due))
+		}
+	}
+	if a.Until == 0 {
+		return ""
+	}
+	for _, s := range h.Stalls {
+		if s.Proc == a.Proc && s.Invoke < last && s.Invoke < by && s.At > due && s.At-s.Invoke >= m {
+			return fmt.Sprintf("%s: proc %d ran nothing %s-%s (%s), its lost-lock timer due at %s", LimitLateTimer, a.Proc,
+				ms(s.Invoke), ms(s.At), ms(s.At-s.Invoke), ms(due))
+		}
 	}
 	return ""
 }

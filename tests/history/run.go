@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -198,11 +199,50 @@ func RunEpisode(t testing.TB, ep Episode, n int, seed uint64, resource string) *
 		events = append(events, evs...)
 		problems = append(problems, ps...)
 	}
-	h := Assemble(events, Meta{
+	meta := Meta{
 		Deploy: d.Name, FaultKinds: ep.Faults, TTL: int64(d.TTL), Margin: int64(ep.Margin), Bound: int64(d.Bound),
 		Wait: int64(base.Wait), Start: start, Heal: heal, Stop: stop, Keys: keys,
-	}, nem.Faults)
+	}
+	if EventsDir != "" {
+		if err := SaveEpisode(filepath.Join(EventsDir, fmt.Sprintf("episode-%d-%d.json", seed, n)), meta, nem.Faults, events); err != nil {
+			t.Errorf("save the history: %v", err)
+		}
+	}
+	h := Assemble(events, meta, nem.Faults)
 	r := Check(h)
 	r.Problems = append(r.Problems, problems...)
 	return r
+}
+
+// EventsDir, when set, is where RunEpisode saves every episode's recorded
+// history (SaveEpisode), to be checked again with LoadEpisode.
+var EventsDir = ""
+
+// A savedEpisode is an episode's history as recorded: what Assemble takes.
+type savedEpisode struct {
+	Meta   Meta
+	Faults []Fault
+	Events []Event
+}
+
+// SaveEpisode writes an episode's recorded history to file as JSON.
+func SaveEpisode(file string, meta Meta, faults []Fault, events []Event) error {
+	js, err := json.Marshal(savedEpisode{meta, faults, events})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, js, 0o644)
+}
+
+// LoadEpisode reads a history SaveEpisode wrote and assembles it.
+func LoadEpisode(file string) (*History, error) {
+	js, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var s savedEpisode
+	if err := json.Unmarshal(js, &s); err != nil {
+		return nil, err
+	}
+	return Assemble(s.Events, s.Meta, s.Faults), nil
 }
