@@ -51,13 +51,16 @@ func faultCounts(h *History) string {
 }
 
 // WriteTable writes the run's table in Markdown: a row per deployment and
-// faults (episodes of the same pair summed), with the operations checked
-// and, per property, the anomalies and the expected consequences of
-// documented limits ("anomalies/expected").
+// faults (episodes of the same pair summed), with the operations checked,
+// the acquisitions and how many of them the library said were lost, the
+// waits judged after the heal and the longest, the writes made after the
+// writer's right had ended, and per property the anomalies and the
+// expected consequences of documented limits ("anomalies/expected").
 func (r *Report) WriteTable(w io.Writer) {
 	type row struct {
 		deploy, faults                   string
 		episodes, ops, holds, injections int
+		lost                             int
 		judged, staleRefused, staleTaken int
 		maxWait                          int64
 		counts                           map[string][2]int
@@ -77,6 +80,11 @@ func (r *Report) WriteTable(w io.Writer) {
 		rw.episodes++
 		rw.ops += h.Ops
 		rw.holds += len(h.Holds)
+		for _, hd := range h.Holds {
+			if hd.Lost {
+				rw.lost++
+			}
+		}
 		rw.injections += len(h.Faults)
 		rw.judged += res.Judged
 		rw.staleRefused += res.StaleRefused
@@ -91,20 +99,20 @@ func (r *Report) WriteTable(w io.Writer) {
 			rw.register[v]++
 		}
 	}
-	fmt.Fprintf(w, "| deployment | faults | episodes | faults injected | operations | acquisitions | waits after heal: n, longest | stale writes: refused, taken |")
+	fmt.Fprintf(w, "| deployment | faults | episodes | faults injected | operations | acquisitions | lost | waits after heal: n, longest | stale writes: refused, taken |")
 	for _, p := range Properties {
 		fmt.Fprintf(w, " %s |", p)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprint(w, "|---|---|---|---|---|---|---|---|")
+	fmt.Fprint(w, "|---|---|---|---|---|---|---|---|---|")
 	for range Properties {
 		fmt.Fprint(w, "---|")
 	}
 	fmt.Fprintln(w)
 	total := row{counts: map[string][2]int{}}
 	for _, rw := range rows {
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %d, %s | %d, %d |", rw.deploy, rw.faults, rw.episodes, rw.injections, rw.ops, rw.holds,
-			rw.judged, time.Duration(rw.maxWait).Round(time.Millisecond), rw.staleRefused, rw.staleTaken)
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %d | %d, %s | %d, %d |", rw.deploy, rw.faults, rw.episodes, rw.injections, rw.ops, rw.holds,
+			rw.lost, rw.judged, time.Duration(rw.maxWait).Round(time.Millisecond), rw.staleRefused, rw.staleTaken)
 		for _, p := range Properties {
 			c := rw.counts[p]
 			fmt.Fprintf(w, " %d/%d |", c[0], c[1])
@@ -116,13 +124,14 @@ func (r *Report) WriteTable(w io.Writer) {
 		total.injections += rw.injections
 		total.ops += rw.ops
 		total.holds += rw.holds
+		total.lost += rw.lost
 		total.judged += rw.judged
 		total.maxWait = max(total.maxWait, rw.maxWait)
 		total.staleRefused += rw.staleRefused
 		total.staleTaken += rw.staleTaken
 	}
-	fmt.Fprintf(w, "| **all** | | %d | %d | %d | %d | %d, %s | %d, %d |", total.episodes, total.injections, total.ops, total.holds,
-		total.judged, time.Duration(total.maxWait).Round(time.Millisecond), total.staleRefused, total.staleTaken)
+	fmt.Fprintf(w, "| **all** | | %d | %d | %d | %d | %d | %d, %s | %d, %d |", total.episodes, total.injections, total.ops, total.holds,
+		total.lost, total.judged, time.Duration(total.maxWait).Round(time.Millisecond), total.staleRefused, total.staleTaken)
 	for _, p := range Properties {
 		c := total.counts[p]
 		fmt.Fprintf(w, " %d/%d |", c[0], c[1])
