@@ -310,3 +310,25 @@ func TestAssemble(t *testing.T) {
 		t.Errorf("ops %d, want 2 (the acquisition and the release)", h.Ops)
 	}
 }
+
+// On a deployment whose waiting is not fair (NewQuorum), a waiter that
+// loses every round for longer than the bound is expected while others
+// acquire the key; a stretch of the bound with no acquisition is not.
+func TestCheckLiveness_Unfair(t *testing.T) {
+	h := hist(mkHold("O1", 1, "x", ModeExclusive, 11000, 11100, 12000, 1), mkHold("O2", 1, "x", ModeExclusive, 15000, 15100, 16000, 2),
+		mkHold("O3", 1, "x", ModeExclusive, 19000, 19100, 20000, 3))
+	h.Heal, h.Stop, h.Wait, h.Unfair = 10000*msec, 30000*msec, 20000*msec, true
+	h.Attempts = []Event{{Type: EvAcquire, Call: CallObtain, Key: "x", Invoke: 10500 * msec, Return: 21000 * msec, Outcome: OutOK}}
+	if an, ex := props(CheckLiveness(h)); len(an) != 0 || len(ex) != 1 {
+		t.Errorf("starved while others acquired: want 1 expected, got anomalies %v, expected %v", an, ex)
+	}
+	h.Holds = h.Holds[:1] // nobody acquired from 11 s to 21 s
+	if an, _ := props(CheckLiveness(h)); len(an) != 1 {
+		t.Errorf("no progress: want 1 anomaly, got %v", an)
+	}
+	h.Unfair = false
+	h.Holds = []*Hold{mkHold("O1", 1, "x", ModeExclusive, 11000, 11100, 12000, 1)}
+	if an, _ := props(CheckLiveness(h)); len(an) != 1 {
+		t.Errorf("a fair line: want 1 anomaly, got %v", an)
+	}
+}

@@ -92,6 +92,9 @@ type Deployment struct {
 	Bound time.Duration
 	// Kinds are the kinds of lock the deployment supports.
 	Kinds []string
+	// Unfair says that waiting is not fair: Obtain polls (NewQuorum), so
+	// a waiter may lose every round for longer than Bound.
+	Unfair bool
 
 	single  *redistest.Server   // DeploySingle
 	proxy   *faultproxy.Proxy   // DeploySingle: between the workers and single
@@ -130,7 +133,7 @@ func StartQuorum(t testing.TB) *Deployment {
 		Name: DeployQuorum, Config: DeployConfig{Kind: DeployQuorum, Addrs: addrs},
 		// Obtain polls on a quorum (it is not fair): the bound allows for
 		// losing many rounds to the other workers.
-		TTL: time.Second, Bound: 8 * time.Second, Kinds: []string{KindLock},
+		TTL: time.Second, Bound: 8 * time.Second, Kinds: []string{KindLock}, Unfair: true,
 		masters: masters, down: map[*redistest.Server]bool{},
 	}
 }

@@ -15,6 +15,7 @@ type Meta struct {
 	Margin     int64    // WithSafetyMargin, ns
 	Bound      int64    // the liveness bound, ns
 	Wait       int64    // how long an Obtain waits at most (its ctx's timeout), ns
+	Unfair     bool     // waiting is not fair (NewQuorum: Obtain polls)
 	Start      int64    // the nemesis started
 	Heal       int64    // the faults had healed
 	Stop       int64    // the workers were told to stop
