@@ -2,47 +2,98 @@ package history
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
+// roundSize is how many critical sections a Locker's round in the fair
+// line has at most (Obtain: "a round of at most 17 critical sections").
+const roundSize = 17
+
 // CheckLiveness checks that once the faults have healed, every waiter is
-// served within the deployment's bound: an Obtain or WithLock (not a
-// TryObtain, which may fail on contention) that was waiting at the heal,
-// or was called after it, acquired within Bound of the later of its call
-// and the heal. Calls whose bound ends after the workers were told to stop
-// are not judged, nor calls that gave up at their own deadline (Meta.Wait
-// after the call) before their bound ended. A call still waiting at the
-// stop was cancelled then, and is judged like one that failed.
+// served, in its turn. It judges every Obtain and WithLock (not TryObtain,
+// which may fail on contention) that was waiting at the heal or was called
+// after it, over its wait: from the later of its call and the heal to its
+// return.
 //
-// The bound is stated per deployment (Deployment.Bound): the longest lease
-// a lost holder may leave in Redis, plus the time the other workers take
-// their turns. On a deployment whose waiting is not fair (NewQuorum), a
-// waiter not served within the bound is the expected consequence of that
-// limit if others acquired the key all along, at most Bound apart
-// (explainStarved); a stretch of Bound with waiters and no acquisition is
-// an anomaly there too.
+//   - No idle key: the key was held by nobody (no holder's right ran) for
+//     at most Bound in all while the waiter waited. Bound (per deployment)
+//     allows for the lease a lost holder may leave in Redis and for the
+//     hand-offs. Rights are recorded at least as long as they were, so
+//     this errs toward finding the key busy: it may miss a wait, never
+//     invent one. Any holder counts as busy, also a reader while a reader
+//     waits.
+//   - In its turn (fair deployments only, not NewQuorum, whose waiting is
+//     not fair): acquisitions called after the waiter (and after the heal)
+//     and served before it number at most roundSize per worker process
+//     (Obtain: a waiter waits for the round under way, then for one round
+//     of each Locker ahead of it).
+//   - No failure: a call that ended with an error after the heal, other
+//     than giving up at its own deadline, failed.
+//
+// A call still waiting at the stop was cancelled then; its wait is judged
+// up to the stop.
 func CheckLiveness(h *History) []Violation {
 	var out []Violation
+	groups := byKey(h.Holds)
 	for _, e := range h.Attempts {
-		if !judged(h, e) {
+		if e.Call == CallTry || e.Return < h.Heal {
 			continue
 		}
-		from := max(e.Invoke, h.Heal)
-		due := from + h.Bound
-		if e.Outcome == OutOK && e.Return <= due {
-			continue
+		from, to := max(e.Invoke, h.Heal), min(e.Return, h.Stop)
+		call := fmt.Sprintf("%s %s(%s) called %s, returned %s %s", holdID(e), e.Call, e.Mode, ms(e.Invoke), e.Outcome, ms(e.Return))
+		if idle := idleTime(groups[e.Key], holdID(e), from, to); idle > h.Bound {
+			out = append(out, Violation{Property: PropLiveness, Key: e.Key, At: to,
+				Evidence: fmt.Sprintf("the key was idle for %s in all while it waited (bound %s; heal at %s)\n%s",
+					ms(idle), ms(h.Bound), ms(h.Heal), call)})
 		}
-		what := fmt.Sprintf("returned %s after %s: %s", e.Outcome, ms(e.Return-from), e.Err)
-		if e.Outcome == OutOK {
-			what = fmt.Sprintf("acquired only after %s", ms(e.Return-from))
+		if !h.Unfair {
+			if ahead := overtakers(groups[e.Key], e, h.Heal, to); len(ahead) > roundSize*h.Procs {
+				out = append(out, Violation{Property: PropLiveness, Key: e.Key, At: to,
+					Evidence: fmt.Sprintf("%d acquisitions called after it were served before it (at most %d: %d processes' rounds)\n%s\nfirst: %s",
+						len(ahead), roundSize*h.Procs, h.Procs, call, ahead[0])})
+			}
 		}
-		limit, gap := explainStarved(h, e.Key, holdID(e), from, min(e.Return, h.Stop))
-		if limit == "" && h.Unfair {
-			what += fmt.Sprintf("; nobody acquired the key for %s", ms(gap))
+		gaveUp := e.Outcome == OutNotObtained || e.Outcome == OutCanceled ||
+			(e.Outcome == OutError && strings.Contains(e.Err, "deadline exceeded"))
+		if e.Outcome != OutOK && !gaveUp {
+			out = append(out, Violation{Property: PropLiveness, Key: e.Key, At: e.Return,
+				Evidence: fmt.Sprintf("failed after the heal at %s: %s\n%s", ms(h.Heal), e.Err, call)})
 		}
-		out = append(out, Violation{Property: PropLiveness, Key: e.Key, At: due, Limit: limit,
-			Evidence: fmt.Sprintf("not served within %s of %s (the heal at %s)\n%s %s(%s) called %s %s",
-				ms(h.Bound), ms(from), ms(h.Heal), holdID(e), e.Call, e.Mode, ms(e.Invoke), what)})
+	}
+	return out
+}
+
+// idleTime is how long, within [from, to], no hold of holds but waiter's
+// had a right that ran.
+func idleTime(holds []*Hold, waiter string, from, to int64) int64 {
+	type span struct{ start, end int64 }
+	var spans []span
+	for _, hd := range holds {
+		if hd.ID != waiter && hd.Acquired < to && hd.End > from {
+			spans = append(spans, span{max(hd.Acquired, from), min(hd.End, to)})
+		}
+	}
+	slices.SortFunc(spans, func(a, b span) int { return cmp64(a.start, b.start) })
+	idle, covered := int64(0), from
+	for _, s := range spans {
+		if s.start > covered {
+			idle += s.start - covered
+		}
+		covered = max(covered, s.end)
+	}
+	return idle + max(0, to-covered)
+}
+
+// overtakers returns the holds that were called after the attempt e (and
+// after heal) and acquired before it was served (or before to, if it was
+// not).
+func overtakers(holds []*Hold, e Event, heal, to int64) []*Hold {
+	var out []*Hold
+	for _, hd := range holds {
+		if hd.ID != holdID(e) && hd.Invoke > max(e.Invoke, heal) && hd.Acquired < to {
+			out = append(out, hd)
+		}
 	}
 	return out
 }
@@ -52,24 +103,11 @@ func CheckLiveness(h *History) []Violation {
 // and the heal.
 func WaitsAfterHeal(h *History) (n int, longest int64) {
 	for _, e := range h.Attempts {
-		if !judged(h, e) {
+		if e.Call == CallTry || e.Return < h.Heal {
 			continue
 		}
 		n++
-		longest = max(longest, e.Return-max(e.Invoke, h.Heal))
+		longest = max(longest, min(e.Return, h.Stop)-max(e.Invoke, h.Heal))
 	}
 	return n, longest
-}
-
-// judged reports whether CheckLiveness judges attempt e.
-func judged(h *History, e Event) bool {
-	if e.Call == CallTry || e.Return < h.Heal {
-		return false
-	}
-	due := max(e.Invoke, h.Heal) + h.Bound
-	if due > h.Stop {
-		return false
-	}
-	gaveUp := e.Outcome == OutNotObtained || (e.Outcome == OutError && strings.Contains(e.Err, "deadline exceeded"))
-	return !(gaveUp && h.Wait > 0 && e.Invoke+h.Wait < due)
 }

@@ -16,6 +16,7 @@ type Meta struct {
 	Bound      int64    // the liveness bound, ns
 	Wait       int64    // how long an Obtain waits at most (its ctx's timeout), ns
 	Unfair     bool     // waiting is not fair (NewQuorum: Obtain polls)
+	Procs      int      // worker processes
 	Start      int64    // the nemesis started
 	Heal       int64    // the faults had healed
 	Stop       int64    // the workers were told to stop
@@ -92,6 +93,11 @@ func Assemble(events []Event, meta Meta, faults []Fault) *History {
 		return t - base
 	}
 	h := &History{Meta: meta, Events: len(events)}
+	if h.Procs == 0 { // histories saved before Meta.Procs
+		for _, e := range events {
+			h.Procs = max(h.Procs, e.Proc+1)
+		}
+	}
 	h.Start, h.Heal, h.Stop = 0, rel(meta.Heal), rel(meta.Stop)
 	for _, f := range faults {
 		f.Start, f.End = rel(f.Start), rel(f.End)

@@ -240,6 +240,12 @@ func TestHistory_Recheck(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("-history.recheck %q: no files (%v)", *recheck, err)
 	}
+	slices.SortFunc(files, func(a, b string) int { // episode-<seed>-<n>.json in the order of n
+		if len(a) != len(b) {
+			return len(a) - len(b)
+		}
+		return strings.Compare(a, b)
+	})
 	r := &Report{Seed: *seedFlag}
 	for _, f := range files {
 		h, err := LoadEpisode(f)

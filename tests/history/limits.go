@@ -22,9 +22,6 @@ const (
 	// Lock.KeepAlive: the lock is held while the context is not done
 	// "provided the process's timers fire within the safety margin".
 	LimitLateTimer = "the holder's process did not run for longer than the safety margin"
-	// NewQuorum: "Obtain polls, with jittered backoff (WithBackoff),
-	// rather than waiting in a line: waiting is not fair".
-	LimitUnfair = "NewQuorum's waiting is not fair"
 )
 
 // explainOverlap returns the limit that explains why b acquired while a's
@@ -91,31 +88,4 @@ func explainFences(h *History, a, b *Hold) string {
 		return fmt.Sprintf("%s: %s of %s at %s", LimitQuorumCounter, f.Kind, f.Target, ms(f.Start))
 	}
 	return fmt.Sprintf("%s: %s of %s at %s", LimitRestartEmpty, f.Kind, f.Target, ms(f.Start))
-}
-
-// explainStarved returns the limit that explains why a waiter on key was
-// not served within the bound from from to to, or "" when none does: on a
-// deployment whose waiting is not fair, a waiter may lose every round, as
-// long as others acquire the key all along (no stretch of the bound
-// without an acquisition of the key: progress). The second result is the
-// longest stretch without one.
-func explainStarved(h *History, key, waiter string, from, to int64) (string, int64) {
-	if !h.Unfair {
-		return "", 0
-	}
-	last, gap := from, int64(0)
-	for _, hd := range h.Holds { // in order of Acquired
-		if hd.Key != key || hd.ID == waiter || hd.Acquired < from {
-			continue
-		}
-		if hd.Acquired > to {
-			break
-		}
-		gap, last = max(gap, hd.Acquired-last), hd.Acquired
-	}
-	gap = max(gap, to-last)
-	if gap > h.Bound {
-		return "", gap
-	}
-	return fmt.Sprintf("%s: others acquired the key all along, at most %s apart", LimitUnfair, ms(gap)), gap
 }

@@ -201,7 +201,7 @@ func RunEpisode(t testing.TB, ep Episode, n int, seed uint64, resource string) *
 	}
 	meta := Meta{
 		Deploy: d.Name, FaultKinds: ep.Faults, TTL: int64(d.TTL), Margin: int64(ep.Margin), Bound: int64(d.Bound),
-		Wait: int64(base.Wait), Unfair: d.Unfair, Start: start, Heal: heal, Stop: stop, Keys: keys,
+		Wait: int64(base.Wait), Unfair: d.Unfair, Procs: ep.Procs, Start: start, Heal: heal, Stop: stop, Keys: keys,
 	}
 	if EventsDir != "" {
 		if err := SaveEpisode(filepath.Join(EventsDir, fmt.Sprintf("episode-%d-%d.json", seed, n)), meta, nem.Faults, events); err != nil {
