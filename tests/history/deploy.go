@@ -166,8 +166,9 @@ func StartCluster(t testing.TB) *Deployment {
 
 // Heal undoes every fault that may still be in effect (a frozen or killed
 // server, a paused proxy) and waits until the deployment serves again:
-// every master answers, a Sentinel deployment is steady with its replica
-// in sync (WithReplicas needs it), a Cluster is healthy.
+// every master answers; a Sentinel deployment is steady, a Cluster is
+// healthy, and every primary counts its replica for WAIT (WithReplicas
+// needs it).
 func (d *Deployment) Heal(t testing.TB) {
 	t.Helper()
 	for _, s := range d.servers(t) {
@@ -189,13 +190,43 @@ func (d *Deployment) Heal(t testing.TB) {
 	switch {
 	case d.sent != nil:
 		d.sent.WaitSynced(t)
+		d.waitAcknowledged(t, []string{d.sent.CurrentPrimary(t)})
 	case d.cluster != nil:
 		d.cluster.WaitHealthy(t)
+		var addrs []string
+		for _, m := range d.cluster.Masters(t) {
+			addrs = append(addrs, m.Addr())
+		}
+		d.waitAcknowledged(t, addrs)
 	default:
 		for _, s := range d.servers(t) {
 			if err := ping(s.Addr()); err != nil {
 				t.Fatalf("heal %s: %v", d.Name, err)
 			}
+		}
+	}
+}
+
+// waitAcknowledged waits until each of the primaries counts a replica
+// for WAIT (WAIT 1 on a connection that wrote nothing returns how many
+// replicas are online). A replica whose link is up, as Sentinel and the
+// replica's INFO report it, is counted only once the primary has its first
+// REPLCONF ACK, up to a second later: until then every write WithReplicas
+// fails with ErrNotReplicated, as documented for the time before a replica
+// reattaches.
+func (d *Deployment) waitAcknowledged(t testing.TB, primaries []string) {
+	t.Helper()
+	for _, addr := range primaries {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			n, err := do(addr, "WAIT", 1, 100)
+			if err == nil && n == int64(1) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("heal %s: %s counts no replica for WAIT after 20 s: %v %v", d.Name, addr, n, err)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	}
 }
