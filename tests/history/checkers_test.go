@@ -264,7 +264,8 @@ func TestCheckRegister_SameFence(t *testing.T) {
 
 // After the heal, a waiter waits only while others hold the key (idle at
 // most the bound in all), in its turn (at most a round of 17 per process
-// called after it and served before it), and does not fail.
+// called after it and served before it), and does not fail (a call made
+// before the heal may fail within a ttl after it).
 func TestCheckLiveness(t *testing.T) {
 	base := func() *History {
 		h := hist()
@@ -307,6 +308,7 @@ func TestCheckLiveness(t *testing.T) {
 		{Type: EvAcquire, Call: CallObtain, Key: "x", Invoke: 11000 * msec, Return: 11001 * msec, Outcome: OutError, Err: "connection refused"},
 		{Type: EvAcquire, Call: CallTry, Key: "x", Invoke: 11000 * msec, Return: 11001 * msec, Outcome: OutNotObtained},
 		{Type: EvAcquire, Call: CallObtain, Key: "x", Invoke: 5000 * msec, Return: 6000 * msec, Outcome: OutError},
+		{Type: EvAcquire, Call: CallObtain, Key: "x", Invoke: 5000 * msec, Return: 10500 * msec, Outcome: OutError, Err: "not acknowledged"},
 	}
 	if an, _ := props(CheckLiveness(h)); len(an) != 1 {
 		t.Errorf("a failure after the heal: want 1 anomaly, got %v", an)
