@@ -154,7 +154,7 @@ func TestHistory_SeesAnomalies(t *testing.T) {
 // operations were checked. It specifies what TestHistory_Short does, over
 // far more operations and faults.
 //
-//	go test -race -run '^TestHistory_Long$' -timeout 0 ./history -args -history.long -history.report ../docs-history.txt
+//	go test -race -run '^TestHistory_Long$' -timeout 0 ./history -args -history.long -history.report /tmp/long.txt
 func TestHistory_Long(t *testing.T) {
 	if !*longFlag {
 		t.Skip("the long run: -history.long")
