@@ -599,7 +599,7 @@ func renewReplyOf(cmd *redis.Cmd, key string, r replicas, acked int64) renewRepl
 	case err != nil:
 		return renewReply{code: -1, err: failed("renew", key, err)}
 	case res.set && int(acked) < r.n:
-		return renewReply{code: -1, err: notReplicated(key, r, acked, "the renewal does not count")}
+		return renewReply{code: -1, err: failed("renew", key, notReplicated(r, acked, "the renewal does not count"))}
 	case res.set:
 		return renewReply{code: 1, fence: res.fence}
 	case res.held:

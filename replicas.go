@@ -67,10 +67,10 @@ func WithReplicas(n int, timeout time.Duration) Option {
 // must leave (see WithReplicas).
 func waitSlack(read time.Duration) time.Duration { return max(200*time.Millisecond, read/10) }
 
-// notReplicated is the error of a write of key that only acked replicas
-// acknowledged within r.timeout.
-func notReplicated(key string, r replicas, acked int64, what string) error {
-	return fmt.Errorf("%w: %s: %d of %d replicas acknowledged within %v; %s", ErrNotReplicated, quoteKey(key), acked, r.n, r.timeout, what)
+// notReplicated is the error of a write that only acked replicas
+// acknowledged within r.timeout; the caller names the key (see failed).
+func notReplicated(r replicas, acked int64, what string) error {
+	return fmt.Errorf("%w: %d of %d replicas acknowledged within %v; %s", ErrNotReplicated, acked, r.n, r.timeout, what)
 }
 
 // runPipeline runs calls in one pipeline on c: with EVALSHA, and once more
@@ -123,6 +123,11 @@ func runPipeline(ctx context.Context, c redis.Cmdable, calls []scriptCall, r rep
 	}
 	if len(again) > 0 {
 		err = send(again, false)
+	}
+	for _, cmd := range cmds {
+		if err != nil && cmd.Err() == nil && cmd.Val() == nil {
+			cmd.SetErr(err) // never sent (older go-redis leaves it unset when the client is closed)
+		}
 	}
 	return cmds, n, max(acked, 0), err
 }
@@ -198,7 +203,7 @@ func (l *Locker) attemptAcked(ctx context.Context, a attemptArgs, r replicas) (a
 	res, err := parseAttempt(a, cmd)
 	res.resent = n.resent()
 	if err == nil && res.ours && int(acked) < r.n {
-		return res, notReplicated(a.key, r, acked, "the write does not count")
+		return res, notReplicated(r, acked, "the write does not count")
 	}
 	return res, err
 }
