@@ -115,13 +115,14 @@ func (l *Locker) join(ctx context.Context, key string, m lockMode) (*Lock, error
 }
 
 // endHandle ends lk's handle: last reports that it was the last handle of
-// its acquisition, which must then be released; ok is false when the handle
-// was ended already.
+// its acquisition, which must then be released (or reported not held, when
+// it was given back after its loss: see KeepAlive); ok is false when the
+// handle was ended already.
 func (lk *Lock) endHandle() (a *Lock, last, ok bool) {
 	a = lk.acquisition()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if lk.ended || a.released {
+	if lk.ended {
 		return a, false, false
 	}
 	lk.ended = true

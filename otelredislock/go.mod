@@ -6,7 +6,7 @@ replace github.com/seed5e0b76d9/redislock => ../
 
 require (
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/seed5e0b76d9/redislock v0.0.0-00010101000000-000000000000
+	github.com/seed5e0b76d9/redislock v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
