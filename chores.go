@@ -70,7 +70,8 @@ func (c *chores) wait(ctx context.Context) error {
 // for that long. It also ends the Locker's pub/sub subscriptions, once no
 // Obtain waits (within 100 ms, or once go-redis gives up on a network that
 // does not answer), and waits for them, so that no goroutine of the Locker
-// is left when it returns nil. Call it before the process exits, after the
+// is left when it returns nil (but for the idle ones of New's note, which
+// end within 20 ms). Call it before the process exits, after the
 // last Release, with a deadline: each piece of clean-up goes on until Redis
 // answers or go-redis gives up on it, which with a master that does not
 // answer takes as long as go-redis may take with a command and its

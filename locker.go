@@ -43,9 +43,11 @@ type Locker struct {
 // override some of them (see Option). New does not contact Redis.
 //
 // The deadlines of ctx hold with any client options: each call whose ctx
-// can end runs in a goroutine of its own, which the caller stops waiting
+// can end runs in another goroutine, which the caller stops waiting
 // for when ctx ends (go-redis stops a socket read at ctx's deadline only
 // with ContextTimeoutEnabled, and never when ctx is cancelled before it).
+// That goroutine then waits 20 ms for the next such call, of any Locker,
+// and ends if none comes.
 // A nil client or an invalid option is reported by every call on the
 // returned Locker (ErrNilClient, ErrInvalidOption, ErrInvalidTTL).
 func New(client redis.UniversalClient, opts ...Option) *Locker {

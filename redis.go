@@ -23,13 +23,15 @@ import (
 // f is always called, also when ctx has ended already (go-redis then sends
 // nothing and returns ctx's error), so that what f settles is settled.
 //
-// To do so, f runs in a goroutine of its own. When ctx ends first, bounded
-// returns ctx's error at once, marked as abandoned (see isAbandoned), and f
-// goes on until go-redis gives up on its own (ReadTimeout, retries); then
-// late, if not nil, is called with f's outcome, so that the caller can undo
-// what the abandoned call may have done (an acquire that succeeded after
-// all). An abandoned call is settled by late alone: its caller must not act
-// on its outcome, which it does not know. No goroutine outlives f.
+// To do so, f runs in another goroutine (see spawn). When ctx ends first,
+// bounded returns ctx's error at once, marked as abandoned (see
+// isAbandoned), and f goes on until go-redis gives up on its own
+// (ReadTimeout, retries); then late, if not nil, is called with f's
+// outcome, so that the caller can undo what the abandoned call may have
+// done (an acquire that succeeded after all). An abandoned call is settled
+// by late alone: its caller must not act on its outcome, which it does not
+// know. The goroutine is idle once f returned, and ends after workerIdle
+// unless another call comes.
 //
 // The tempting version, a select on a buffered channel that f's goroutine
 // sends its result to, loses a late success: once the caller has returned,
@@ -59,14 +61,14 @@ func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T
 	)
 	var state atomic.Int32
 	done := make(chan result, 1)
-	go func() {
+	spawn(func() {
 		v, err := f(ctx)
 		if state.CompareAndSwap(running, delivered) {
 			done <- result{v, err}
 		} else if late != nil {
 			late(v, err)
 		}
-	}()
+	})
 	var r result
 	select {
 	case r = <-done:
