@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seed5e0b76d9/redislock"
 	"github.com/seed5e0b76d9/redislock/internal/redisurl"
 )
 
@@ -34,19 +36,20 @@ const shellPath = "/bin/sh"
 
 // runConfig is a valid command line of run.
 type runConfig struct {
-	key      string
-	argv     []string      // COMMAND and its arguments (-c: sh -c and the command line)
-	ttl      time.Duration // the lease
-	wait     time.Duration // how long to wait for the lock; < 0: until interrupted; 0: -n
-	conflict int           // exit status when the lock is not obtained (-E)
-	quiet    bool          // -q: nothing said when the lock is not obtained
-	shared   bool          // -s: a reader of a read-write lock
-	permits  int           // -permits: one of this many permits of a semaphore; 0 for none
-	holder   holder        // what is stored as the holder's description
-	grace    time.Duration // from SIGTERM to SIGKILL after a lost lock
-	fenceEnv string        // "" for none
-	tokenEnv string        // "" for none
-	redisURL string
+	key       string
+	argv      []string      // COMMAND and its arguments (-c: sh -c and the command line)
+	ttl       time.Duration // the lease
+	wait      time.Duration // how long to wait for the lock; < 0: until interrupted; 0: -n
+	conflict  int           // exit status when the lock is not obtained (-E)
+	quiet     bool          // -q: nothing said when the lock is not obtained
+	shared    bool          // -s: a reader of a read-write lock
+	permits   int           // -permits: one of this many permits of a semaphore; 0 for none
+	holder    holder        // what is stored as the holder's description
+	grace     time.Duration // from SIGTERM to SIGKILL after a lost lock
+	fenceEnv  string        // "" for none
+	tokenEnv  string        // "" for none
+	redisURL  string
+	namespace string // -namespace: the prefix of every key and channel in Redis
 }
 
 // A holder says what run stores as the holder's description (see
@@ -79,6 +82,7 @@ func parseRun(args []string, getenv func(string) string) (runConfig, error) {
 	fs.StringVar(&c.fenceEnv, "fence-env", defaultFenceEnv, "")
 	fs.StringVar(&c.tokenEnv, "token-env", defaultTokenEnv, "")
 	url := fs.String("redis", "", "")
+	fs.StringVar(&c.namespace, "namespace", "", "")
 
 	flags, argv, dashes := cut(args, "--")
 	pos, err := parseInterspersed(fs, flags)
@@ -137,6 +141,9 @@ func parseRun(args []string, getenv func(string) string) (runConfig, error) {
 		return c, errorf("run: -fence-env and -token-env are both %s", c.fenceEnv)
 	}
 	c.key, c.argv = pos[0], argv
+	if err = checkNamespace("run", c.namespace); err != nil {
+		return c, err
+	}
 	if c.redisURL, err = redisURL(fs, *url, getenv); err != nil {
 		return c, err
 	}
@@ -186,9 +193,10 @@ func given(fs *flag.FlagSet, names ...string) []string {
 
 // statusConfig is a valid command line of status.
 type statusConfig struct {
-	key      string
-	json     bool
-	redisURL string
+	key       string
+	json      bool
+	redisURL  string
+	namespace string // as run's
 }
 
 // parseStatus parses the arguments of status (after "status").
@@ -197,6 +205,7 @@ func parseStatus(args []string, getenv func(string) string) (statusConfig, error
 	fs := newFlagSet("status")
 	fs.BoolVar(&c.json, "json", false, "")
 	url := fs.String("redis", "", "")
+	fs.StringVar(&c.namespace, "namespace", "", "")
 	pos, err := parseInterspersed(fs, args)
 	switch {
 	case err != nil:
@@ -207,6 +216,9 @@ func parseStatus(args []string, getenv func(string) string) (statusConfig, error
 		return c, errorf("status: empty KEY")
 	}
 	c.key = pos[0]
+	if err = checkNamespace("status", c.namespace); err != nil {
+		return c, err
+	}
 	if c.redisURL, err = redisURL(fs, *url, getenv); err != nil {
 		return c, err
 	}
@@ -313,4 +325,16 @@ func redisURL(fs *flag.FlagSet, value string, getenv func(string) string) (strin
 	}
 	_ = rdb.Close()
 	return url, nil
+}
+
+// checkNamespace returns a usage error when -namespace's prefix is not one
+// that redislock.WithNamespace takes. The library checks it: a Locker
+// without a client reports an invalid option before its missing client,
+// and sends nothing.
+func checkNamespace(cmd, prefix string) error {
+	_, err := redislock.New(nil, redislock.WithNamespace(prefix)).Inspect(context.Background(), "k")
+	if errors.Is(err, redislock.ErrInvalidOption) {
+		return errorf("%s: -namespace %q: must be printable UTF-8 without spaces, of at most 200 bytes", cmd, prefix)
+	}
+	return nil
 }

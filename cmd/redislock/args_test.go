@@ -15,8 +15,8 @@ const runtimeGOOS = runtime.GOOS
 // parseRun takes flags before and after KEY, the defaults, -n as a wait
 // of 0, -w and -wait in seconds (fractions allowed, as flock's -w) or as
 // a duration, -s, -permits, -q, -holder, -c's command line run by
-// /bin/sh -c, the Redis URL from -redis, else REDIS_URL, else the default;
-// the command keeps its own flags and "--".
+// /bin/sh -c, -namespace, the Redis URL from -redis, else REDIS_URL, else
+// the default; the command keeps its own flags and "--".
 func TestParseRun(t *testing.T) {
 	env := func(url string) func(string) string {
 		return func(k string) string {
@@ -57,6 +57,7 @@ func TestParseRun(t *testing.T) {
 		{[]string{"-holder", "nightly report", "k", "--", "true"}, "", with(func(c *runConfig) { c.holder = holder{text: "nightly report", set: true} })},
 		{[]string{"-holder=", "k", "--", "true"}, "", with(func(c *runConfig) { c.holder = holder{set: true} })},
 		{[]string{"-holder-command", "k", "--", "true"}, "", with(func(c *runConfig) { c.holder.command = true })},
+		{[]string{"-namespace", "app:", "k", "--", "true"}, "", with(func(c *runConfig) { c.namespace = "app:" })},
 		{[]string{"k", "-c", "echo a; echo b"}, "", with(func(c *runConfig) { c.argv = []string{"/bin/sh", "-c", "echo a; echo b"} })},
 		{[]string{"-c", "exit 3", "k"}, "", with(func(c *runConfig) { c.argv = []string{"/bin/sh", "-c", "exit 3"} })},
 	} {

@@ -5,7 +5,7 @@
 //	Usage:
 //	  redislock run [flags] KEY -- COMMAND [ARG...]
 //	  redislock run [flags] KEY -c 'COMMAND LINE'
-//	  redislock status [-json] [-redis URL] KEY
+//	  redislock status [-json] [-namespace PREFIX] [-redis URL] KEY
 //	  redislock help
 //
 //	run obtains the lock on KEY, runs COMMAND while it keeps the lock's lease
@@ -48,6 +48,10 @@
 //	                     "" for none: an inherited REDISLOCK_TOKEN is removed)
 //	  -redis URL         the Redis (default $REDIS_URL, else
 //	                     redis://127.0.0.1:6379; not empty)
+//	  -namespace PREFIX  put KEY, and the keys and channels the lock uses
+//	                     beside it, under PREFIX in Redis (for a Redis user
+//	                     limited to PREFIX); the runs and status of a KEY
+//	                     give the same PREFIX
 //
 //	status prints who holds KEY (mode, holders with their lease left and
 //	token), its latest fence and how many wait; -json prints it as JSON.

@@ -42,7 +42,7 @@ const (
 const usage = `Usage:
   redislock run [flags] KEY -- COMMAND [ARG...]
   redislock run [flags] KEY -c 'COMMAND LINE'
-  redislock status [-json] [-redis URL] KEY
+  redislock status [-json] [-namespace PREFIX] [-redis URL] KEY
   redislock help
 
 run obtains the lock on KEY, runs COMMAND while it keeps the lock's lease
@@ -85,6 +85,10 @@ COMMAND runs, COMMAND gets SIGTERM, then SIGKILL after -grace.
                      "" for none: an inherited REDISLOCK_TOKEN is removed)
   -redis URL         the Redis (default $REDIS_URL, else
                      redis://127.0.0.1:6379; not empty)
+  -namespace PREFIX  put KEY, and the keys and channels the lock uses
+                     beside it, under PREFIX in Redis (for a Redis user
+                     limited to PREFIX); the runs and status of a KEY
+                     give the same PREFIX
 
 status prints who holds KEY (mode, holders with their lease left and
 token), its latest fence and how many wait; -json prints it as JSON.

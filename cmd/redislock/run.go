@@ -77,6 +77,7 @@ func run(cfg runConfig, stderr io.Writer) int {
 	r.term = openTerminal()
 	defer r.term.close()
 	r.locker = redislock.New(rdb,
+		redislock.WithNamespace(cfg.namespace),
 		redislock.WithFencing(),
 		redislock.WithHolder(description(cfg, hostname(), os.Getpid())),
 		redislock.WithHooks(redislock.Hooks{Lost: func(_ context.Context, e redislock.LostEvent) {

@@ -56,7 +56,7 @@ func status(cfg statusConfig, stdout, stderr io.Writer) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
-	info, err := redislock.New(rdb).Inspect(ctx, cfg.key)
+	info, err := redislock.New(rdb, redislock.WithNamespace(cfg.namespace)).Inspect(ctx, cfg.key)
 	if err != nil {
 		fmt.Fprint(stderr, errorLine(err))
 		return exitRedis

@@ -121,6 +121,35 @@ func TestStatus_ExitStatusTellsHeldFromFree(t *testing.T) {
 	}
 }
 
+// -namespace puts the lock under its prefix: a run with -namespace holds
+// the Redis key PREFIX+KEY, status with the same -namespace sees it held,
+// status without sees KEY free, and a second run with the same -namespace
+// finds it held.
+func TestStatus_Namespace(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	key, ns := testKey(t), "redislock-cmd-ns:"
+	marks := marksFile(t)
+	p := start(t, runArgs(key, []string{"-namespace", ns}, script(marks, `sleep 30 & echo "started $$" >> "$1"; wait`))...)
+	waitLine(t, marks, "started", 5*time.Second)
+	killGroupAtEnd(t, pidOf(t, marks, "started "))
+
+	n, err := c.Exists(context.Background(), ns+key).Result()
+	must(t, err)
+	equal(t, n, 1, "the Redis key %s%s", ns, key)
+	code, out, stderr := runCLI(t, "status", "-namespace", ns, key)
+	equal(t, code, exitConflict, stderr)
+	contains(t, out, "mode:     exclusive\n")
+	code, out, stderr = runCLI(t, "status", key)
+	equal(t, code, exitFree, stderr)
+	contains(t, out, "mode:     free\n")
+	code, _, stderr = runCLI(t, "run", "-n", "-namespace", ns, key, "--", "true")
+	equal(t, code, exitConflict, stderr)
+
+	must(t, p.cmd.Process.Signal(sigterm))
+	p.wait(5 * time.Second)
+}
+
 // status exits 69 when Redis cannot be reached, printing nothing on stdout.
 func TestStatus_RedisDownExits69(t *testing.T) {
 	t.Parallel()

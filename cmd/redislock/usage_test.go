@@ -129,6 +129,9 @@ func TestUsage_BadInputExits2WithOneLine(t *testing.T) {
 		{[]string{"status", "-redis", url, ""}, "empty KEY"},
 		{[]string{"status", "-redis", url, "-ttl", "1s", "k"}, "flag provided but not defined: -ttl"},
 		{[]string{"status", "-redis", "redis://", "k"}, "no host"},
+		// A namespace that WithNamespace would refuse.
+		{[]string{"run", "-redis", url, "-namespace", "a b", "k", "--", "true"}, `-namespace "a b": must be printable`},
+		{[]string{"status", "-redis", url, "-namespace", "a\tb", "k"}, `-namespace "a\tb"`},
 	} {
 		code, out, stderr := runCLI(t, tc.args...)
 		equal(t, code, exitUsage, "%q: %s", tc.args, stderr)
