@@ -25,7 +25,7 @@ var (
 	// this is contention, not a failure. Retry later, wait longer (a longer
 	// ctx deadline or WithWait), or skip the work if another process doing
 	// it at the same time is enough (a lock only stops concurrent work; see
-	// the README on doing a job once).
+	// the README, "What it is for").
 	ErrNotObtained = errors.New("redislock: lock not obtained")
 
 	// ErrNotHeld is returned by Release, Refresh and TTL when the lock is no

@@ -185,8 +185,11 @@ var counting atomic.Bool
 // isNoScript reports whether err is Redis's NOSCRIPT: it does not have the
 // script (after a restart, a failover or SCRIPT FLUSH), and ran nothing.
 func isNoScript(err error) bool {
+	if err == nil || !strings.Contains(err.Error(), "NOSCRIPT") {
+		return false // without errors.As's allocation
+	}
 	var rerr redis.Error
-	return err != nil && errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOSCRIPT")
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOSCRIPT")
 }
 
 // A counted is a script argument (the token) that counts how often go-redis

@@ -48,73 +48,33 @@ type quorum struct {
 // independent Redis masters clients (not replicas of each other, not nodes
 // of one Cluster): an odd number, usually 3 or 5. A lock survives the loss
 // of a minority of them: with 5 masters, any 2 may be down, slow or
-// partitioned away, and a client can still obtain, keep and release locks.
-// The Locker has the API and contract of New's, with these differences:
+// partitioned away. The Locker has the API and contract of New's, with
+// these differences (the details are in docs/fault-tolerance.md):
 //
-//   - Obtain polls, with jittered backoff (WithBackoff), rather than waiting
+//   - Obtain polls with jittered backoff (WithBackoff) instead of waiting
 //     in a line: waiting is not fair, and a release does not hand the key
-//     over. WithShared, WithPermits and WithReplicas are not supported
+//     over. WithShared, WithPermits and WithReplicas are refused
 //     (ErrInvalidOption).
-//   - An attempt is contention when a majority of the masters answered
-//     (whatever each answered) and fewer than a majority took the key for
-//     it, and a failure, with an error joining the masters' errors, when so
-//     many failed that a majority cannot answer; it waits for more replies
-//     while neither is known. TryObtain returns ErrNotObtained after
-//     contention, the failure's error after a failure, and an error naming
-//     the masters that did not answer when ctx ended before a majority
-//     answered. An Obtain that waits until its deadline returns
-//     ErrNotObtained (with ctx's error) when the last attempt that the
-//     replies decided was contention, and else an error with ctx's and
-//     that attempt's (an attempt that the deadline cut short says nothing
-//     about the masters, unless it was the first). It ends the wait at
-//     once only when more than a minority of the masters failed for good
-//     (a closed client, an error reply that waiting cannot cure): a
-//     majority can no longer answer.
-//   - WithFencing issues fences that keep increasing across holders as
-//     long as no master forgets its counter: after taking the key on a
-//     majority, the acquisition increments the counter on every master,
-//     takes the highest value a majority returned, and writes it to a
-//     majority if fewer than a majority had it already (see
-//     quorum.fence). A fenced acquisition costs one or two more round
-//     trips. Fences are exact up to 2^53-1 (Lua counts in doubles): a
-//     master whose counter is at 2^53-1 or beyond refuses to increment it,
-//     changing nothing, and when fewer than a majority increment theirs,
-//     the acquisition fails with an error (not ErrNotObtained) and the lock
-//     is released on every master.
-//   - Release returns nil when a majority of the masters released the lock
-//     (or reported it released: see the release mark in Lock.Release),
-//     ErrNotHeld when so many answered that they did not hold it that a
-//     majority cannot have released it, and otherwise an error: when too
-//     many failed to tell (Release may be called again), or when ctx ended
-//     first (the error then says that the release goes on in the
-//     background). It returns as soon as the replies decide, without
-//     waiting for the other masters: their releases go on in the
-//     background, whether or not the client stops at deadlines
-//     (ContextTimeoutEnabled), until each is answered or go-redis gives up
-//     on it: each has a deadline of 5 seconds, or of as long as go-redis
-//     may take with a command of that master's client (its ReadTimeout and
-//     retries) plus a second, whichever is longer. Shutdown waits for them.
-//   - A lock's Until allows for the drift of the masters' clocks, as
-//     Redlock does: a lease of ttl that a command sent at S set ends
-//     locally at S + ttl - drift, with drift = ttl/100 + 2ms (the masters'
-//     clocks may run up to 1% fast; Redis counts whole milliseconds), for
-//     the acquisition as for each renewal and Refresh. So the validity
-//     that Obtain leaves, time.Until(lock.Until()), is
-//     ttl - elapsed - drift, where elapsed is the time since the acquiring
-//     attempt was sent. A ttl below 10ms leaves too little room for that:
-//     Obtain, TryObtain, WithLock (WithTTL) and Refresh return
-//     ErrInvalidTTL for it, before anything is sent.
-//   - Each operation goes to every master at once: the cost of a round trip
-//     is that of the slowest master of the fastest majority.
+//   - Each operation goes to every master at once and is decided by the
+//     fastest majority: an attempt is contention (ErrNotObtained) when a
+//     majority answered and fewer than a majority took the key, and a
+//     failure (an error joining the masters' errors) only when so many
+//     failed that a majority cannot answer. A release is decided by a
+//     majority; the other masters' releases go on in the background until
+//     each is answered or go-redis gives up on it, and Shutdown waits for
+//     them.
+//   - WithFencing's fences keep increasing across holders as long as no
+//     master forgets its counter (see quorum.fence); a fenced acquisition
+//     costs one or two more round trips.
+//   - Until allows for the drift of the masters' clocks, as Redlock does:
+//     ttl/100 + 2 ms less than the lease that a command set; a ttl below
+//     10 ms is ErrInvalidTTL.
 //
-// The restart rule: a master that loses its data (a restart without
-// persistence, a disk replaced) forgets the locks it held, and a second
-// majority may form while they are held. Such a master must stay away for
-// longer than the longest lease (so every lock it held has expired
-// elsewhere or been lost), or run with appendonly yes and appendfsync
-// always, so that it never loses a lock write. Fence counters have no
-// expiry: a master that loses its counter may let fences repeat, whatever
-// the wait; run masters that issue fences with appendfsync always.
+// The restart rule: a master that loses its data forgets the locks it
+// held, and a second majority may form while they are held. Such a master
+// must stay away for longer than the longest lease, or run with
+// appendonly yes and appendfsync always. Fence counters never expire:
+// masters that issue fences need appendfsync always.
 //
 // A nil client, or no client, is reported by every call (ErrNilClient).
 func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {

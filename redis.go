@@ -136,12 +136,15 @@ type abandonedError struct{ error }
 
 func (e abandonedError) Unwrap() error { return e.error }
 
+// Is makes errors.Is(err, errAbandoned) find it, at no allocation.
+func (e abandonedError) Is(target error) bool { return target == errAbandoned }
+
+// errAbandoned stands for every abandonedError in errors.Is.
+var errAbandoned = errors.New("redislock: call abandoned")
+
 // isAbandoned reports whether err is that of a call abandoned by bounded:
 // its outcome is settled by bounded's late callback, not by the caller.
-func isAbandoned(err error) bool {
-	var a abandonedError
-	return err != nil && errors.As(err, &a)
-}
+func isAbandoned(err error) bool { return errors.Is(err, errAbandoned) }
 
 // timing is what a client's options say about how long its commands take.
 type timing struct {

@@ -48,7 +48,7 @@ type held struct {
 
 // Context returns a context, derived from parent, that carries lk: with it,
 // an Obtain, TryObtain or WithLock of lk's key on lk's Locker joins lk
-// instead of waiting for it (see the README, "Reentrancy").
+// instead of waiting for it (see docs/lock-family.md).
 func (lk *Lock) Context(parent context.Context) context.Context {
 	next, _ := parent.Value(heldKey{}).(*held)
 	return context.WithValue(parent, heldKey{}, &held{lk: lk.acquisition(), next: next})

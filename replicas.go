@@ -42,16 +42,16 @@ type replicas struct {
 // did not acknowledge (when n is lower than the number of replicas). Each
 // acquisition costs the time the replicas take to acknowledge (about one
 // round trip from the primary to them), and on a contended key one round
-// trip more (see the README, "Fault tolerance"). A lock handed over or
+// trip more (see docs/fault-tolerance.md). A lock handed over or
 // passed to a waiting Obtain is refreshed and acknowledged before Obtain
 // returns it.
 //
 // n = 0 turns replica acknowledgement off (for a single call on a Locker
 // that has it). It requires n >= 0 and, for n > 0, 1ms <= timeout <=
 // ReadTimeout - max(200ms, ReadTimeout/10) of the client (4.5s with
-// go-redis's default ReadTimeout of 5s): the reply to a WAIT that timed out comes after
-// timeout, up to 100ms later (Redis notices at its next tick), and must
-// come before go-redis stops reading. Not for a quorum Locker (NewQuorum),
+// go-redis's default ReadTimeout of 5s): the reply to a WAIT that timed
+// out comes after timeout, up to 100ms later (Redis notices at its next
+// tick), and must come before go-redis stops reading. Not for a quorum Locker (NewQuorum),
 // whose nodes are masters.
 func WithReplicas(n int, timeout time.Duration) Option {
 	return func(o *options) {
