@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 // The library's core behaviours on real Redis deployments: a 3-master Redis
 // Cluster (a go-redis ClusterClient) and a primary with a replica watched by
@@ -522,7 +522,7 @@ func deployShardFailover(t *testing.T, cluster *redistest.Cluster, kill bool) {
 	})
 	require.Eventually(t, func() bool {
 		return replica.Get(ctx, heldKey).Val() == held.Token() && replica.Get(ctx, keptKey).Val() == kept.Token() &&
-			replica.LLen(ctx, redislock.SideKey(heldKey, "line")).Val() == 1
+			replica.LLen(ctx, sideKey(heldKey, "line")).Val() == 1
 	}, 5*time.Second, 10*time.Millisecond, "the replica has the locks")
 
 	// The competitor and the watcher run until the end of the failover
@@ -735,7 +735,7 @@ func keysOf(ctx context.Context, c *redis.Client, key string) ([]string, error) 
 	var names []string
 	it := c.Scan(ctx, 0, "*", 1000).Iterator()
 	for it.Next(ctx) {
-		if k := it.Val(); k == key || strings.HasSuffix(k, ":"+key) || k == redislock.FenceKey(key) {
+		if k := it.Val(); k == key || strings.HasSuffix(k, ":"+key) || k == fenceKey(key) {
 			names = append(names, k)
 		}
 	}
@@ -748,7 +748,7 @@ func sideKind(key, name string) string {
 	switch name {
 	case key:
 		return ""
-	case redislock.FenceKey(key):
+	case fenceKey(key):
 		return "fence"
 	}
 	const infix = "}:rl1:"

@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 import (
 	"context"
@@ -407,10 +407,10 @@ func quorumChild(t *testing.T) {
 }
 
 // delayScript makes client wait d before it sends each run of the script
-// whose SHA1 is hash (a slow link to that master, one way).
-func delayScript(client redis.UniversalClient, hash string, d time.Duration) {
+// s (a slow link to that master, one way).
+func delayScript(client redis.UniversalClient, s script, d time.Duration) {
 	client.(*redis.Client).AddHook(hook{before: func(cmd redis.Cmder) {
-		if runs(cmd, hash) {
+		if isScript(cmd, s) {
 			time.Sleep(d)
 		}
 	}})
@@ -430,7 +430,7 @@ func TestQuorum_ContentionWithMinorityDown(t *testing.T) {
 	servers[3].Kill(t)
 	clients := quorumClients(t, addrsOf(servers))
 	for _, i := range []int{1, 2, 4} {
-		delayScript(clients[i], redislock.AcquireScriptHash, 50*time.Millisecond) // the dead answer first
+		delayScript(clients[i], acquireScript, 50*time.Millisecond) // the dead answer first
 	}
 	other := redislock.NewQuorum(clients)
 
@@ -512,7 +512,7 @@ func TestQuorum_ReleaseSlowMaster(t *testing.T) {
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	clients := quorumClients(t, addrsOf(servers), func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	delayScript(clients[2], redislock.ReleaseScriptHash, 1500*time.Millisecond)
+	delayScript(clients[2], releaseScript, 1500*time.Millisecond)
 	locker := redislock.NewQuorum(clients)
 	lk, err := locker.Obtain(ctx, "k", 30*time.Second)
 	require.NoError(t, err)
@@ -538,7 +538,7 @@ func TestQuorum_StragglerAfterRelease(t *testing.T) {
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	clients := quorumClients(t, addrsOf(servers))
-	delayScript(clients[2], redislock.AcquireScriptHash, 300*time.Millisecond)
+	delayScript(clients[2], acquireScript, 300*time.Millisecond)
 	locker := redislock.NewQuorum(clients)
 	start := time.Now()
 	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
@@ -611,7 +611,7 @@ func TestQuorum_FenceLimit(t *testing.T) {
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)), redislock.WithFencing())
-	counter := redislock.FenceKey("k")
+	counter := fenceKey("k")
 	setCounters := func(values ...int64) {
 		for i, v := range values {
 			servers[i].Do(t, "SET", counter, v)
@@ -651,7 +651,7 @@ func TestQuorum_FenceAtTheLimitIsIssued(t *testing.T) {
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)), redislock.WithFencing())
-	counter := redislock.FenceKey("k")
+	counter := fenceKey("k")
 	for i, v := range []int64{exact, exact - 1, 3} {
 		servers[i].Do(t, "SET", counter, v)
 	}
@@ -714,7 +714,7 @@ func TestQuorum_LateCopyAfterReleaseTakesNothing(t *testing.T) {
 	require.NoError(t, warm.Release(ctx))
 	require.NoError(t, locker.Shutdown(ctx))
 
-	lc.lagNext(scriptRun(redislock.AcquireScriptHash, "k"))
+	lc.lagNext(sentScript(acquireScript, "k"))
 	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
 	require.NoError(t, err, "masters 0 and 1 take the key")
 	time.Sleep(300 * time.Millisecond)

@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 import (
 	"context"
@@ -209,7 +209,7 @@ func TestReplicas_NotReplicatedHoldsNothing(t *testing.T) {
 	rdb := srv.Client(t)
 	var slow atomic.Bool
 	rdb.AddHook(hook{before: func(cmd redis.Cmder) {
-		if slow.Load() && runs(cmd, redislock.ReleaseScriptHash) {
+		if slow.Load() && isScript(cmd, releaseScript) {
 			time.Sleep(300 * time.Millisecond)
 		}
 	}})
