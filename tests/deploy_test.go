@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -871,13 +872,22 @@ func deployShardLocalHandOffs(t *testing.T, cluster *redistest.Cluster) {
 		return publish, shard
 	}
 	type count struct{ publish, shard int64 }
+	// snapshot returns each node's counts once they stay the same for
+	// 200 ms: the bus delivers messages after the command that sent them
+	// has returned (those of the subtests before this one too).
 	snapshot := func() map[*redistest.Server]count {
-		m := map[*redistest.Server]count{}
-		for _, srv := range cluster.Nodes() {
-			p, s := busMessages(srv)
-			m[srv] = count{p, s}
+		var last map[*redistest.Server]count
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			m := map[*redistest.Server]count{}
+			for _, srv := range cluster.Nodes() {
+				p, s := busMessages(srv)
+				m[srv] = count{p, s}
+			}
+			if maps.Equal(m, last) || time.Now().After(deadline) {
+				return m
+			}
+			last = m
 		}
-		return m
 	}
 	before := snapshot()
 	a, b := redislock.New(cluster.Client(t), deployNoPolling), redislock.New(cluster.Client(t), deployNoPolling)
