@@ -261,7 +261,7 @@ func TestFence_ExactUpTo2To53(t *testing.T) {
 // each key's fences increase from one acquisition to the next, and a
 // counter never expires.
 func TestFencing_OneCounterPerSlot(t *testing.T) {
-	b := miniBackend(t)
+	b := realBackend(t)
 	ctx := context.Background()
 	rdb, _ := b.client(t)
 	locker := redislock.New(rdb, redislock.WithFencing())
