@@ -449,6 +449,7 @@ func TestAcquire_MixingKindsNamesThem(t *testing.T) {
 // ErrNotObtained. (A wait that ends before go-redis itself gives up, 1.7 s
 // here with its dial retries, says that Redis did not answer.)
 func TestAcquire_RedisDownKeepsTheCause(t *testing.T) {
+	waitsInParallel(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()

@@ -379,6 +379,7 @@ func TestRestartWithoutPersistenceIsLoud(t *testing.T) {
 // cancelled), renewals go on although the restart emptied the script cache,
 // and fences keep increasing.
 func TestRestartWithAOFKeepsLock(t *testing.T) {
+	waitsInParallel(t)
 	b := realBackend(t, "--appendonly", "yes", "--appendfsync", "always")
 	rdb, _ := b.client(t)
 	locker := redislock.New(rdb)

@@ -20,6 +20,7 @@ import (
 
 // A 600ms lease outlives a 2.5s job, and a competitor never gets in.
 func TestWithLockRenews(t *testing.T) {
+	waitsInParallel(t)
 	b := realBackend(t)
 	ctx := ctxT(t, 10*time.Second)
 	rdb, _ := b.client(t)
@@ -375,6 +376,7 @@ func TestKeepAlive_FollowsShorterRefresh(t *testing.T) {
 // wait for go-redis's read timeout, 5 s) costs no lease: a renewal that is not
 // answered is sent again on another connection, long before the lease ends.
 func TestKeepAlive_DeadConnectionCostsNoLease(t *testing.T) {
+	waitsInParallel(t)
 	b := realBackend(t)
 	ctx := ctxT(t, 20*time.Second)
 	dc := &deadConns{}

@@ -543,6 +543,7 @@ func TestLine_HandOffToAWaiterThatGaveUpIsPassedOn(t *testing.T) {
 // less than half of it) to a minute, and the waiter's replies held back at
 // random.
 func TestLine_UntilNeverAfterExpiry(t *testing.T) {
+	waitsInParallel(t)
 	b := realBackend(t)
 	ctx := ctxT(t, 60*time.Second)
 	rdb, _ := b.client(t)
@@ -1159,6 +1160,7 @@ func TestLine_SlowLinkContentionIsNotObtained(t *testing.T) {
 // right before Redis freezes does not make the freeze look like a slow
 // link: the wait ends as a Redis failure, not ErrNotObtained.
 func TestLine_OneSlowReplyThenAFreezeIsNotContention(t *testing.T) {
+	waitsInParallel(t)
 	b := realBackend(t)
 	ctx := ctxT(t, 20*time.Second)
 	rdb, _ := b.client(t)

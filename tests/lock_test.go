@@ -592,6 +592,7 @@ func TestLeaseClock_FailedShortRefreshRunsLate(t *testing.T) {
 // holder Refreshes to a longer lease, and the delayed copy runs after it.
 // The kept context is never live while another client can take the key.
 func TestLeaseClock_DelayedRenewalDefaultOptions(t *testing.T) {
+	waitsInParallel(t)
 	b := realBackend(t)
 	lc := &lagConns{delay: 6500 * time.Millisecond, ran: make(chan time.Time, 1)}
 	rdb, _ := b.client(t, func(o *redis.Options) { o.Dialer = lc.dial })
@@ -620,6 +621,7 @@ func TestLeaseClock_DelayedRenewalDefaultOptions(t *testing.T) {
 // TestLeaseClock_DelayedCopyOfShortRefresh with default client options:
 // the short Refresh's first copy is delayed 4 s.
 func TestLeaseClock_DelayedCopyOfShortRefreshDefaultOptions(t *testing.T) {
+	waitsInParallel(t)
 	b := realBackend(t)
 	lc := &lagConns{delay: 4 * time.Second, ran: make(chan time.Time, 1)}
 	rdb, _ := b.client(t, func(o *redis.Options) { o.Dialer = lc.dial })

@@ -445,6 +445,7 @@ func assertNoSideKeys(t *testing.T, rdb redis.UniversalClient, key string) {
 // second permit of a semaphore of 1) gets the key only after the holder's
 // Until, 20 times in a row.
 func TestModes_LeasesLastUntilUntil(t *testing.T) {
+	waitsInParallel(t)
 	b := realBackend(t)
 	ctx := ctxT(t, 30*time.Second)
 	rdb, _ := b.client(t)

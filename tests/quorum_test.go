@@ -144,6 +144,7 @@ func TestQuorum_Basics(t *testing.T) {
 // lease, and an acquisition fails with an error that is not ErrNotObtained
 // (fewer than a majority answered: Redis is down, not busy).
 func TestQuorum_MinorityLoss(t *testing.T) {
+	waitsInParallel(t)
 	servers := startMasters(t, 5)
 	ctx := ctxT(t, 30*time.Second)
 	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)))
@@ -240,6 +241,7 @@ func competeQuorum(t *testing.T, locker *redislock.Locker, key string, d time.Du
 //     cannot renew on a majority and is told the lock is lost; only then
 //     does another client take it.
 func TestQuorum_RestartRule(t *testing.T) {
+	waitsInParallel(t)
 	const ttl = 1500 * time.Millisecond
 	restart := func(t *testing.T, servers []*redistest.Server, away time.Duration) {
 		servers[0].Kill(t)
@@ -509,6 +511,7 @@ func TestQuorum_ReleaseByMajority(t *testing.T) {
 // (Shutdown waits for it) after the caller's deadline, also with clients
 // that stop at deadlines themselves (ContextTimeoutEnabled).
 func TestQuorum_ReleaseSlowMaster(t *testing.T) {
+	waitsInParallel(t)
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	clients := quorumClients(t, addrsOf(servers), func(o *redis.Options) { o.ContextTimeoutEnabled = true })
@@ -667,6 +670,7 @@ func TestQuorum_FenceAtTheLimitIsIssued(t *testing.T) {
 // connection refused) is renewed again renewRetry (50 ms) later, not in a
 // hot loop, until it is reported lost.
 func TestQuorum_FailedRenewalWaitsBeforeItsRetry(t *testing.T) {
+	waitsInParallel(t)
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	var renewals atomic.Int64
@@ -738,6 +742,7 @@ func TestQuorum_LateCopyAfterReleaseTakesNothing(t *testing.T) {
 // behind when they thaw 1.5 s later and run its attempt: the give-back is
 // tried again until the master answers, and spends the token first.
 func TestQuorum_FailedAttemptTakesNothingAtThaw(t *testing.T) {
+	waitsInParallel(t)
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 30*time.Second)
 	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)))
