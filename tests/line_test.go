@@ -1262,11 +1262,12 @@ func deadWaiter(t *testing.T, code string, opts, holding []redislock.Option, exi
 	child := exec.Command(os.Args[0], "-test.run=^TestLine_DeadWaiter$", "-test.count=1")
 	child.Env = append(os.Environ(), dwChildEnv+"="+code+" "+b.addr+" "+exit)
 	child.Stdout, child.Stderr = os.Stderr, os.Stderr
+	places := len(queued(t, rdb, "k")) // counted before the waiter starts, which may queue at once
 	require.NoError(t, child.Start())
 	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	waitQueued(t, rdb, "k", len(queued(t, rdb, "k"))+1)
+	waitQueued(t, rdb, "k", places+1)
 	live := obtainAsync(ctx, redislock.New(b.mustClient(t)), "k", ttl, holding...)
-	waitQueued(t, rdb, "k", len(queued(t, rdb, "k"))+1)
+	waitQueued(t, rdb, "k", places+2)
 	if exit == "kill" {
 		require.NoError(t, child.Process.Kill())
 	} else {
