@@ -231,10 +231,17 @@ func TestDocs_LinkParser(t *testing.T) {
 	}
 }
 
+// The README's two commands: the demo, and the tests of the three modules
+// that have them (the library, tests/ and examples/).
+const (
+	demoCommand = "(cd examples && go run ./oversell)"
+	testCommand = "go test -race ./... && (cd tests && go test -race ./...) && (cd examples && go test -race ./...)"
+)
+
 // TestDocs_README checks the README's promises to newcomers and to CI: at
 // most 12,000 bytes, the two commands word for word (CI runs the test
-// command as written), and a quickstart that is a gofmt-formatted Go
-// program.
+// command as written, with -count=1), and a quickstart that is a
+// gofmt-formatted Go program.
 func TestDocs_README(t *testing.T) {
 	src, err := os.ReadFile("README.md")
 	if err != nil {
@@ -243,10 +250,17 @@ func TestDocs_README(t *testing.T) {
 	if len(src) > 12000 {
 		t.Errorf("README.md is %d bytes; keep it to 12,000 and move the depth to docs/", len(src))
 	}
-	for _, cmd := range []string{"go run ./examples/oversell", "go test -race ./..."} {
+	for _, cmd := range []string{demoCommand, testCommand} {
 		if !bytes.Contains(src, []byte("```sh\n"+cmd+"\n```")) {
 			t.Errorf("README.md has no sh block with exactly %q", cmd)
 		}
+	}
+	ci, err := os.ReadFile(filepath.Join(".ci", "run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run := strings.ReplaceAll(testCommand, "./...", "./... -count=1"); !bytes.Contains(ci, []byte("\n"+run+" || exit 1\n")) {
+		t.Errorf(".ci/run has no line %q: the README's test command with -count=1", run+" || exit 1")
 	}
 	_, rest, ok := strings.Cut(string(src), "```go\npackage main\n")
 	if !ok {

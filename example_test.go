@@ -10,21 +10,52 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed5e0b76d9/redislock"
+	"github.com/seed5e0b76d9/redislock/internal/redistest"
 )
 
-// exampleClient returns a client of an embedded Redis, so that the examples
-// run anywhere. Use your own *redis.Client (or ClusterClient) instead.
+// exampleServers are the redis-servers the examples run on (TestMain
+// starts them); exampleClient hands them out in turn.
+var (
+	exampleServers []*redistest.Server
+	exampleNext    int
+)
+
+// startExampleServers starts three redis-servers for the examples
+// (ExampleNewQuorum needs three independent masters) and returns what
+// stops them.
+func startExampleServers() (stop func(), err error) {
+	stop = func() {
+		for _, s := range exampleServers {
+			s.Close()
+		}
+		exampleServers = nil
+	}
+	for range 3 {
+		s, err := redistest.Launch()
+		if err != nil {
+			stop()
+			return func() {}, err
+		}
+		exampleServers = append(exampleServers, s)
+	}
+	return stop, nil
+}
+
+// exampleClient returns a client of an empty Redis, one of the
+// redis-servers the tests started (each call the next one), so that the
+// examples run anywhere. Use your own *redis.Client (or ClusterClient)
+// instead.
 func exampleClient() (*redis.Client, func()) {
-	mr, err := miniredis.Run()
-	if err != nil {
+	srv := exampleServers[exampleNext%len(exampleServers)]
+	exampleNext++
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
 		panic(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	return rdb, func() { _ = rdb.Close(); mr.Close() }
+	return rdb, func() { _ = rdb.Close() }
 }
 
 // Obtain waits for the lock, up to the ctx deadline.

@@ -18,12 +18,14 @@
 // updates), so it drops far more slowly than units go out. With the lock the
 // orders take turns, and the sale stops at exactly the stock.
 //
-// Run it with an embedded in-process Redis (miniredis), or against a real one:
+// Run it with an embedded in-process Redis (miniredis), or against a real
+// one, from the repository's root (examples/ is a module of its own, so
+// that the library's go.mod does not require miniredis):
 //
-//	go run ./examples/oversell
-//	go run ./examples/oversell -redis redis://127.0.0.1:6379
-//	go run ./examples/oversell -redis 'redis+sentinel://127.0.0.1:26379?master_name=mymaster'
-//	go run ./examples/oversell -redis redis+cluster://127.0.0.1:7000
+//	(cd examples && go run ./oversell)
+//	(cd examples && go run ./oversell -redis redis://127.0.0.1:6379)
+//	(cd examples && go run ./oversell -redis 'redis+sentinel://127.0.0.1:26379?master_name=mymaster')
+//	(cd examples && go run ./oversell -redis redis+cluster://127.0.0.1:7000)
 //
 // -redis defaults to $REDIS_URL; the URL forms are those of
 // internal/redisurl (one node, Sentinel, Cluster). Other flags: -workers, -stock, -orders (per

@@ -50,6 +50,8 @@ type Server struct {
 	conf     string                  // config file passed as argv[1], if any
 	portArgs func(port int) []string // args derived from the port, if any
 
+	temp bool // dir was made by Launch: Close removes it
+
 	mu   sync.Mutex
 	proc *process // nil when not running
 }
@@ -120,21 +122,81 @@ func (s *Server) start(t testing.TB) {
 
 func findBinary(t testing.TB) string {
 	t.Helper()
+	p, err := lookBinary()
+	switch {
+	case errors.Is(err, ErrNotInstalled) && os.Getenv("CI") != "true":
+		t.Skipf("redistest: %v", err)
+	case err != nil:
+		t.Fatalf("redistest: %v", err)
+	}
+	return p
+}
+
+// ErrNotInstalled is the error of [Launch] when redis-server is not in PATH
+// (and $REDIS_SERVER_BIN is not set): where [Start] skips the test, unless
+// $CI is "true".
+var ErrNotInstalled = errors.New("redis-server not found in PATH; " + installHint)
+
+// lookBinary returns the redis-server binary: $REDIS_SERVER_BIN, else the
+// one in PATH.
+func lookBinary() (string, error) {
 	if env := os.Getenv(EnvBin); env != "" {
 		p, err := exec.LookPath(env)
 		if err != nil {
-			t.Fatalf("redistest: %s=%q is not usable: %v", EnvBin, env, err)
+			return "", fmt.Errorf("%s=%q is not usable: %w", EnvBin, env, err)
 		}
-		return p
+		return p, nil
 	}
 	p, err := exec.LookPath("redis-server")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redistest: redis-server not found in PATH (%v); %s", err, installHint)
-		}
-		t.Skipf("redistest: redis-server not found in PATH; %s", installHint)
+		return "", ErrNotInstalled
 	}
-	return p
+	return p, nil
+}
+
+// Launch starts a redis-server as [Start] does, for a caller that has no
+// testing.TB (a TestMain, say, for the package's examples): it returns an
+// error instead of failing a test (wrapping [ErrNotInstalled] when there is
+// no redis-server), and the caller must stop it with [Server.Close]. The
+// methods that take a testing.TB work on it as on a server from Start.
+func Launch(args ...string) (*Server, error) {
+	bin, err := lookBinary()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{bin: bin, dir: dir, args: append([]string(nil), args...), temp: true}
+	var lastErr error
+	for range startAttempts {
+		port, err := freePort()
+		if err != nil {
+			lastErr = err
+			break
+		}
+		p, retry, err := s.launch(port)
+		if err == nil {
+			s.port, s.proc = port, p
+			return s, nil
+		}
+		lastErr = err
+		if !retry {
+			break
+		}
+	}
+	_ = os.RemoveAll(dir)
+	return nil, fmt.Errorf("start redis-server: %w", lastErr)
+}
+
+// Close kills a server from [Launch] and removes its data directory. A
+// server from [Start] is closed with its test; Close only kills it.
+func (s *Server) Close() {
+	s.stop()
+	if s.temp {
+		_ = os.RemoveAll(s.dir)
+	}
 }
 
 // freePort asks the kernel for a free loopback port. The port is released

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -225,11 +226,39 @@ func TestMissingBinary(t *testing.T) {
 	if r := runStart(t); r.kind != "fatal" || !strings.Contains(r.msg, "apt-get install -y redis-server") {
 		t.Errorf("with CI=true: got %s %q, want fatal with install hint", r.kind, r.msg)
 	}
+	if _, err := Launch(); !errors.Is(err, ErrNotInstalled) {
+		t.Errorf("Launch: %v, want ErrNotInstalled", err)
+	}
 	t.Setenv("CI", "")
 	t.Setenv(EnvBin, "/nonexistent/redis-server")
 	if r := runStart(t); r.kind != "fatal" || !strings.Contains(r.msg, EnvBin) {
 		t.Errorf("with bad %s: got %s %q, want fatal", EnvBin, r.kind, r.msg)
 	}
+	if _, err := Launch(); err == nil || errors.Is(err, ErrNotInstalled) || !strings.Contains(err.Error(), EnvBin) {
+		t.Errorf("Launch with bad %s: %v, want an error naming it", EnvBin, err)
+	}
+}
+
+// A server from Launch (no testing.TB) runs until Close, which kills and
+// reaps it and removes its directory.
+func TestLaunchClose(t *testing.T) {
+	t.Parallel()
+	s, err := Launch("--maxmemory-policy", "noeviction")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(s.Do(t, "CONFIG", "GET", "maxmemory-policy")); !strings.Contains(got, "noeviction") {
+		t.Errorf("args not applied: maxmemory-policy = %s", got)
+	}
+	pid := s.proc.cmd.Process.Pid
+	s.Close()
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("pid %d still exists after Close (kill 0: %v)", pid, err)
+	}
+	if _, err := os.Stat(s.Dir()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("directory %s left after Close (stat: %v)", s.Dir(), err)
+	}
+	s.Close() // idempotent
 }
 
 func TestBadArgsReportsLog(t *testing.T) {

@@ -1,7 +1,6 @@
-package redislock_test
+package tests
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 
 // A 600ms lease outlives a 2.5s job, and a competitor never gets in.
 func TestWithLockRenews(t *testing.T) {
+	waitsInParallel(t)
 	b := realBackend(t)
 	ctx := ctxT(t, 10*time.Second)
 	rdb, _ := b.client(t)
@@ -325,7 +325,7 @@ func TestKeepAlive_RefreshRacingRenewal(t *testing.T) {
 	var first atomic.Bool
 	renewed, refreshed := make(chan struct{}), make(chan struct{})
 	rdb.AddHook(hook{after: func(cmd redis.Cmder, err error) {
-		if err == nil && runs(cmd, redislock.RefreshScriptHash) && first.CompareAndSwap(false, true) {
+		if err == nil && isScript(cmd, renewScript) && first.CompareAndSwap(false, true) {
 			close(renewed) // the renewal has run; its reply waits
 			<-refreshed
 		}
@@ -376,6 +376,7 @@ func TestKeepAlive_FollowsShorterRefresh(t *testing.T) {
 // wait for go-redis's read timeout, 5 s) costs no lease: a renewal that is not
 // answered is sent again on another connection, long before the lease ends.
 func TestKeepAlive_DeadConnectionCostsNoLease(t *testing.T) {
+	waitsInParallel(t)
 	b := realBackend(t)
 	ctx := ctxT(t, 20*time.Second)
 	dc := &deadConns{}
@@ -389,7 +390,7 @@ func TestKeepAlive_DeadConnectionCostsNoLease(t *testing.T) {
 		kept = append(kept, lk.KeepAlive(ctx))
 		defer func() { _ = lk.Release(ctx) }()
 	}
-	dc.killNext(func(b []byte) bool { return bytes.Contains(b, []byte(redislock.RefreshScriptHash)) })
+	dc.killNext(func(b []byte) bool { return sentScript(renewScript, "")(b) })
 	time.Sleep(2 * ttl)
 	require.Equal(t, int64(1), dc.dead.Load(), "a renewal's connection died")
 	for i, lctx := range kept {
@@ -550,7 +551,7 @@ func TestKeepAlive_NoKeyGoneWhileLiveUnderLoad(t *testing.T) {
 	rdb, _ := b.client(t)
 	var hold atomic.Bool
 	rdb.AddHook(hook{pipeline: func(cmds []redis.Cmder) {
-		if hold.Load() && runs(cmds[0], redislock.RefreshScriptHash) {
+		if hold.Load() && isScript(cmds[0], renewScript) {
 			time.Sleep(400 * time.Millisecond)
 		}
 	}})
@@ -630,7 +631,7 @@ func TestKeepAlive_RefreshStuckOnADeadConnectionCostsNoLease(t *testing.T) {
 	require.NoError(t, lk.Refresh(ctx, 3*time.Second)) // loads the refresh script
 	lctx := lk.KeepAlive(ctx)
 
-	dc.killNext(scriptRun(redislock.RefreshScriptHash, "300"))
+	dc.killNext(sentScript(renewScript, "300"))
 	other, _ := b.client(t)
 	rivalGot := make(chan time.Time, 1)
 	go func() { rivalGot <- competeUntil(t, other, "k", 2*time.Second) }()

@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,6 +27,54 @@ import (
 // slowPolling makes polling useless for these tests: a waiter that got the
 // lock quickly was woken by the release.
 var slowPolling = redislock.WithBackoff(2*time.Second, 2*time.Second)
+
+// The line's timing, as line.go sets it (the package does not export it;
+// TestLine_PlaceLeaseAsSet checks placeLease against what Redis holds).
+const (
+	// placeLease is how long a place in line is kept after the command
+	// that took or renewed it: how long a dead waiter can hold up a line.
+	placeLease = time.Second
+	// maxPasses bounds a round: a hold is passed by Release straight to
+	// the head of its Locker's line at most maxPasses times, then the key
+	// goes back to Redis, which hands it to the next place in line.
+	maxPasses = 16
+)
+
+// A waiter's place in line is kept placeLease from the command that took
+// or renewed it (the deadline in its entry of the places key, on Redis's
+// clock), renewed a few times per placeLease: the constant above is the
+// library's.
+func TestLine_PlaceLeaseAsSet(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	holder, err := redislock.New(rdb).Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	waiter := redislock.New(rdb)
+	ch := obtainAsync(wctx, waiter, "k", time.Minute)
+	waitQueued(t, rdb, "k", 1)
+	var lows []time.Duration
+	for end := time.Now().Add(placeLease); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		places := rdb.HGetAll(ctx, sideKey("k", "places")).Val()
+		now := rdb.Time(ctx).Val()
+		require.Len(t, places, 1)
+		for _, entry := range places {
+			deadline, err := strconv.ParseInt(strings.Fields(entry)[0], 10, 64)
+			require.NoError(t, err, "entry %q", entry)
+			left := time.UnixMilli(deadline).Sub(now)
+			require.LessOrEqual(t, left, placeLease, "a place kept longer than placeLease")
+			require.Greater(t, left, time.Duration(0), "a place of a live waiter lapsed")
+			lows = append(lows, left)
+		}
+	}
+	assert.Greater(t, slices.Max(lows), placeLease-100*time.Millisecond, "no place kept as long as placeLease")
+	cancel()
+	require.ErrorIs(t, (<-ch).err, context.Canceled)
+	require.NoError(t, waiter.Shutdown(ctx))
+	require.NoError(t, holder.Release(ctx))
+}
 
 // A waiter is handed the lock by the release, not found by polling.
 func TestLine_WokenByRelease(t *testing.T) {
@@ -62,7 +111,7 @@ func TestLine_HandOffBeforeSubscribedIsTaken(t *testing.T) {
 		// it subscribed.
 		var once sync.Once
 		c2.AddHook(hook{after: func(cmd redis.Cmder, _ error) {
-			if runs(cmd, redislock.AcquireScriptHash) {
+			if isScript(cmd, acquireScript) {
 				once.Do(func() { require.NoError(t, holder.Release(context.Background())) })
 			}
 		}})
@@ -259,7 +308,7 @@ func TestLine_FairAcrossLockers(t *testing.T) {
 		assert.GreaterOrEqual(t, total-allRounds, total/4, "acquisitions passed on, of %d", total)
 		assert.LessOrEqual(t, scripts.Load(), int64(3*allRounds+2*workers),
 			"scripts run in %d rounds: a hand-off, a place and a claim per round (a 1-minute lease handed over is claimed: the place proves 1 s), and a few more", allRounds)
-		assert.LessOrEqual(t, longest, redislock.MaxPasses+1, "acquisitions in a round")
+		assert.LessOrEqual(t, longest, maxPasses+1, "acquisitions in a round")
 		assert.Zero(t, late, "locks passed on after their round's slice")
 		assert.GreaterOrEqual(t, float64(min(rounds[0], rounds[1]))/float64(max(rounds[0], rounds[1])), 0.75,
 			"rounds per Locker: %v", rounds)
@@ -385,7 +434,7 @@ func TestLine_PassesAreBounded(t *testing.T) {
 		require.NoError(t, err)
 		ahead := acquisitions.Load() - before
 		t.Logf("%d acquisitions of the busy Locker while the other waited", ahead)
-		assert.LessOrEqual(t, ahead, int64(redislock.MaxPasses+1+3+1), "passes beyond the bound")
+		assert.LessOrEqual(t, ahead, int64(maxPasses+1+3+1), "passes beyond the bound")
 		require.NoError(t, lk.Release(ctx))
 	}
 }
@@ -402,14 +451,14 @@ func TestLine_LateAttemptLeavesNoPlace(t *testing.T) {
 	}{
 		{"sent late", func(d time.Duration) hook {
 			return hook{before: func(cmd redis.Cmder) {
-				if runs(cmd, redislock.AcquireScriptHash) {
+				if isScript(cmd, acquireScript) {
 					time.Sleep(d)
 				}
 			}}
 		}},
 		{"reply late", func(d time.Duration) hook {
 			return hook{after: func(cmd redis.Cmder, _ error) {
-				if runs(cmd, redislock.AcquireScriptHash) {
+				if isScript(cmd, acquireScript) {
 					time.Sleep(d)
 				}
 			}}
@@ -461,7 +510,7 @@ func TestLine_HandOffToAWaiterThatGaveUpIsPassedOn(t *testing.T) {
 	// the key to it after it gave up.
 	quitter, _ := b.client(t)
 	quitter.AddHook(hook{before: func(cmd redis.Cmder) {
-		if runs(cmd, redislock.ReleaseScriptHash) {
+		if isScript(cmd, releaseScript) {
 			time.Sleep(300 * time.Millisecond)
 		}
 	}})
@@ -494,6 +543,7 @@ func TestLine_HandOffToAWaiterThatGaveUpIsPassedOn(t *testing.T) {
 // less than half of it) to a minute, and the waiter's replies held back at
 // random.
 func TestLine_UntilNeverAfterExpiry(t *testing.T) {
+	waitsInParallel(t)
 	b := realBackend(t)
 	ctx := ctxT(t, 60*time.Second)
 	rdb, _ := b.client(t)
@@ -507,7 +557,7 @@ func TestLine_UntilNeverAfterExpiry(t *testing.T) {
 			require.NoError(t, err)
 			ch := obtainAsync(ctx, waiter, "k", ttl)
 			waitQueued(t, rdb, "k", 1)
-			time.Sleep(time.Duration(mathrand.IntN(int(redislock.PlaceLease / 3))))
+			time.Sleep(time.Duration(mathrand.IntN(int(placeLease / 3))))
 			require.NoError(t, held.Release(ctx))
 			r := <-ch
 			if ttl < 100*time.Millisecond && errors.Is(r.err, redislock.ErrInvalidTTL) {
@@ -557,7 +607,7 @@ func TestLine_DeadWaiterLosesItsPlace(t *testing.T) {
 	require.NoError(t, r.err)
 	waited := r.at.Sub(released)
 	t.Logf("served %v after the release", waited)
-	assert.Less(t, waited, redislock.PlaceLease+deadTTL+timerSlack, "the dead waiter held up the line too long")
+	assert.Less(t, waited, placeLease+deadTTL+timerSlack, "the dead waiter held up the line too long")
 	require.NoError(t, r.lock.Release(ctx))
 }
 
@@ -709,7 +759,7 @@ func stressLine(t *testing.T, dur time.Duration, kill, hooks, fenced bool) {
 	// their 10 s, where a fault left a token's first attempt unsure (the
 	// kills).
 	assert.Eventually(t, func() bool {
-		keys := []string{"k", redislock.SideKey("k", "line"), redislock.SideKey("k", "places")}
+		keys := []string{"k", sideKey("k", "line"), sideKey("k", "places")}
 		return len(withoutMarks(t, data, slices.DeleteFunc(keys, func(k string) bool { return data.Exists(ctx, k).Val() == 0 }))) == 0
 	}, 3*time.Second, 50*time.Millisecond, "keys of the line left behind")
 	if !kill {
@@ -810,7 +860,7 @@ func TestLine_StaleHandOffIsNotGranted(t *testing.T) {
 			// A's next renewal runs in Redis, but its reply is lost.
 			ac, _ := b.client(t)
 			var lose atomic.Bool
-			ac.AddHook(lostReply{lose: &lose, hash: redislock.AcquireScriptHash})
+			ac.AddHook(lostReply{lose: &lose, script: acquireScript})
 			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			a := obtainAsync(actx, redislock.New(ac, opts...), "k", 100*time.Millisecond)
@@ -844,18 +894,18 @@ func TestLine_StaleHandOffIsNotGranted(t *testing.T) {
 }
 
 // lostReply is a go-redis hook that loses the reply of the next command
-// running the script hash once lose is set: Redis ran it, the caller sees
+// running script once lose is set: Redis ran it, the caller sees
 // a reset connection.
 type lostReply struct {
-	lose *atomic.Bool
-	hash string
+	lose   *atomic.Bool
+	script script
 }
 
 func (h lostReply) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h lostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if runs(cmd, h.hash) && h.lose.CompareAndSwap(true, false) {
+		if isScript(cmd, h.script) && h.lose.CompareAndSwap(true, false) {
 			return &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
 		}
 		return err
@@ -876,11 +926,11 @@ func TestLine_PassedWhileItsAttemptIsStuck(t *testing.T) {
 			b := realBackend(t)
 			ctx := ctxT(t, 20*time.Second)
 			rdb, _ := b.client(t)
-			require.NoError(t, releaseScriptLoaded(ctx, rdb))
+			loadScripts(t, rdb)
 			var armed atomic.Bool
 			sending := make(chan struct{})
 			rdb.AddHook(hook{before: func(cmd redis.Cmder) {
-				if runs(cmd, redislock.AcquireScriptHash) && armed.CompareAndSwap(true, false) {
+				if isScript(cmd, acquireScript) && armed.CompareAndSwap(true, false) {
 					close(sending)
 					if freeze {
 						b.srv.Freeze(t)
@@ -926,7 +976,7 @@ func TestLine_LostRenewalCostsNoPlace(t *testing.T) {
 	start := time.Now()
 	waiter := obtainAsync(ctx, redislock.New(wc), "k", time.Minute)
 	waitQueued(t, direct, "k", 1)
-	dc.killNext(scriptRun(redislock.AcquireScriptHash, ""))
+	dc.killNext(sentScript(acquireScript, ""))
 	require.Eventually(t, func() bool { return dc.dead.Load() == 1 }, 2*time.Second, time.Millisecond, "the renewal was sent")
 	time.Sleep(time.Until(start.Add(1200 * time.Millisecond))) // past the place's lease, had it lapsed
 	require.NoError(t, holder.Release(ctx))
@@ -950,7 +1000,7 @@ func TestLine_LateCopyOfAGivenUpAttemptTakesNoPlace(t *testing.T) {
 	holder, err := redislock.New(direct).Obtain(ctx, "k", time.Minute)
 	require.NoError(t, err)
 
-	lc.lagNext(scriptRun(redislock.AcquireScriptHash, "k"))
+	lc.lagNext(sentScript(acquireScript, "k"))
 	locker := redislock.New(rdb)
 	_, err = locker.Obtain(ctx, "k", time.Minute, redislock.WithWait(300*time.Millisecond))
 	require.ErrorIs(t, err, redislock.ErrNotObtained)
@@ -994,21 +1044,6 @@ func TestLine_WrongTypeLeavesNoPlace(t *testing.T) {
 	lk, err := redislock.New(direct).Obtain(ctx, "k", time.Minute, redislock.WithWait(time.Second))
 	require.NoError(t, err)
 	require.NoError(t, lk.Release(ctx))
-}
-
-// A renewal of a place never takes a free key: only a hand-off to its place
-// gives it the key. So a copy of a renewal that go-redis sent again, and
-// that runs after the hand-off's lease ran out, takes nothing: it finds no
-// place, and the key stays free.
-func TestLine_RenewalNeverTakesAFreeKey(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		rdb, _ := b.client(t)
-		ours, noPlace, err := redislock.Renew(redislock.New(rdb), "k", "a-token-with-no-place")
-		require.NoError(t, err)
-		assert.False(t, ours)
-		assert.True(t, noPlace)
-		assert.Zero(t, rdb.Exists(context.Background(), "k").Val(), "the free key was taken by a renewal")
-	})
 }
 
 // The place of an Obtain that gave up while its Locker holds the key (the
@@ -1125,6 +1160,7 @@ func TestLine_SlowLinkContentionIsNotObtained(t *testing.T) {
 // right before Redis freezes does not make the freeze look like a slow
 // link: the wait ends as a Redis failure, not ErrNotObtained.
 func TestLine_OneSlowReplyThenAFreezeIsNotContention(t *testing.T) {
+	waitsInParallel(t)
 	b := realBackend(t)
 	ctx := ctxT(t, 20*time.Second)
 	rdb, _ := b.client(t)
@@ -1133,7 +1169,7 @@ func TestLine_OneSlowReplyThenAFreezeIsNotContention(t *testing.T) {
 	var attempts atomic.Int32
 	wc, _ := b.client(t)
 	wc.AddHook(hook{after: func(cmd redis.Cmder, _ error) {
-		if runs(cmd, redislock.AcquireScriptHash) && attempts.Add(1) == 2 {
+		if isScript(cmd, acquireScript) && attempts.Add(1) == 2 {
 			time.Sleep(1500 * time.Millisecond)
 			b.srv.Freeze(t)
 		}
@@ -1226,11 +1262,12 @@ func deadWaiter(t *testing.T, code string, opts, holding []redislock.Option, exi
 	child := exec.Command(os.Args[0], "-test.run=^TestLine_DeadWaiter$", "-test.count=1")
 	child.Env = append(os.Environ(), dwChildEnv+"="+code+" "+b.addr+" "+exit)
 	child.Stdout, child.Stderr = os.Stderr, os.Stderr
+	places := len(queued(t, rdb, "k")) // counted before the waiter starts, which may queue at once
 	require.NoError(t, child.Start())
 	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	waitQueued(t, rdb, "k", len(queued(t, rdb, "k"))+1)
+	waitQueued(t, rdb, "k", places+1)
 	live := obtainAsync(ctx, redislock.New(b.mustClient(t)), "k", ttl, holding...)
-	waitQueued(t, rdb, "k", len(queued(t, rdb, "k"))+1)
+	waitQueued(t, rdb, "k", places+2)
 	if exit == "kill" {
 		require.NoError(t, child.Process.Kill())
 	} else {
@@ -1248,7 +1285,7 @@ func deadWaiter(t *testing.T, code string, opts, holding []redislock.Option, exi
 	require.NoError(t, r.err)
 	waited := r.at.Sub(released)
 	t.Logf("the live waiter got the key %v after the release", waited)
-	assert.Less(t, waited, redislock.PlaceLease+500*time.Millisecond, "a dead waiter held up the line for more than its place's lease")
+	assert.Less(t, waited, placeLease+500*time.Millisecond, "a dead waiter held up the line for more than its place's lease")
 	require.NoError(t, r.lock.Release(ctx))
 }
 

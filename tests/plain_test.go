@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 import (
 	"context"
@@ -25,16 +25,17 @@ func TestPlain_OneCommandEachWayAndOneKey(t *testing.T) {
 	b := realBackend(t)
 	ctx := ctxT(t, 10*time.Second)
 	rdb, n := b.client(t)
-	require.NoError(t, redislock.LoadScripts(ctx, rdb))
+	loadScripts(t, rdb)
+	require.NoError(t, rdb.Ping(ctx).Err()) // its connection's handshake (HELLO, CLIENT SETINFO) is done
 	var ran []string
 	var mu sync.Mutex
 	rdb.AddHook(hook{before: func(cmd redis.Cmder) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
-		case runs(cmd, redislock.TakeScriptHash):
+		case isScript(cmd, takeScript):
 			ran = append(ran, "take")
-		case runs(cmd, redislock.DropScriptHash):
+		case isScript(cmd, dropScript):
 			ran = append(ran, "drop")
 		default:
 			ran = append(ran, cmd.Name())
@@ -128,19 +129,19 @@ func TestPlain_ResentAcquireMarksItsTokenAtRelease(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()}) // go-redis sends it again
 	t.Cleanup(func() { _ = rdb.Close() })
 	direct, _ := b.client(t)
-	require.NoError(t, redislock.LoadScripts(ctx, rdb))
+	loadScripts(t, rdb)
 	locker := redislock.New(rdb)
 
-	proxy.DropNextReply(scriptRun(redislock.TakeScriptHash, ""))
+	proxy.DropNextReply(sentScript(takeScript, ""))
 	lk, err := locker.Obtain(ctx, "k", time.Minute)
 	require.NoError(t, err, "the second copy found the key held by its token")
 	require.NoError(t, lk.Release(ctx))
-	assert.Equal(t, int64(1), direct.Exists(ctx, redislock.SideKey("k", "spent:"+lk.Token())).Val(), "the resent token is spent")
+	assert.Equal(t, int64(1), direct.Exists(ctx, sideKey("k", "spent:"+lk.Token())).Val(), "the resent token is spent")
 
 	lk, err = locker.Obtain(ctx, "other", time.Minute)
 	require.NoError(t, err)
 	require.NoError(t, lk.Release(ctx))
-	assert.Zero(t, direct.Exists(ctx, redislock.SideKey("other", "spent:"+lk.Token())).Val(), "a mark without a resend")
+	assert.Zero(t, direct.Exists(ctx, sideKey("other", "spent:"+lk.Token())).Val(), "a mark without a resend")
 }
 
 // A plain lock works on go-redis's auto-pipelining client: locks are taken

@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 // Fuzz tests for everything that builds keys and values: lock keys of any
 // bytes, the tokens stored in them, values that differ from a token by a
@@ -98,7 +98,7 @@ func FuzzLockKey(f *testing.F) {
 
 		described, err := redislock.New(rdb, redislock.WithHolder("web-3 pid 4711")).Obtain(ctx, key, time.Minute)
 		require.NoError(t, err)
-		holders := redislock.SideKey(key, "holders")
+		holders := sideKey(key, "holders")
 		require.Equal(t, "web-3 pid 4711", rdb.HGet(ctx, holders, described.Token()).Val())
 		require.LessOrEqual(t, rdb.PTTL(ctx, holders).Val(), rdb.PTTL(ctx, key).Val(), "the description goes with the lease")
 		require.NoError(t, described.Release(ctx))
@@ -114,7 +114,7 @@ func FuzzLockKey(f *testing.F) {
 		keys := withoutMarks(t, rdb, rdb.Keys(ctx, "*").Val())
 		require.Len(t, keys, 1)
 		require.NotEqual(t, key, keys[0])
-		require.Equal(t, redislock.FenceKey(key), keys[0])
+		require.Equal(t, fenceKey(key), keys[0])
 		require.Equal(t, time.Duration(-1), rdb.PTTL(ctx, keys[0]).Val(), "the fence counter never expires")
 		require.Equal(t, "1", rdb.Get(ctx, keys[0]).Val())
 		again, err := locker.Obtain(ctx, key, time.Minute, redislock.WithFencing())

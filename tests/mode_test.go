@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 import (
 	"context"
@@ -346,7 +346,7 @@ func TestPermits_OtherNRefusedWhileOnlyWaitersAreLeft(t *testing.T) {
 	var slow atomic.Bool
 	wc, _ := b.client(t)
 	wc.AddHook(hook{before: func(cmd redis.Cmder) {
-		if slow.Load() && runs(cmd, redislock.AcquireScriptHash) {
+		if slow.Load() && isScript(cmd, acquireScript) {
 			time.Sleep(400 * time.Millisecond)
 		}
 	}})
@@ -416,7 +416,7 @@ func TestPermits_LapsedPlaceDecidesNothing(t *testing.T) {
 	got := obtainAsync(wctx, waiter, "sem", time.Minute, one)
 	waitQueued(t, rdb, "sem", 1)
 	x.add("hole", "blackhole", "upstream", nil)
-	time.Sleep(max(time.Until(crashed.Until()), redislock.PlaceLease+200*time.Millisecond))
+	time.Sleep(max(time.Until(crashed.Until()), placeLease+200*time.Millisecond))
 
 	other, err := redislock.New(rdb).TryObtain(ctx, "sem", time.Minute, redislock.WithPermits(2))
 	require.NoError(t, err, "a lapsed place of a semaphore of 1")
@@ -433,7 +433,7 @@ func TestPermits_LapsedPlaceDecidesNothing(t *testing.T) {
 func assertNoSideKeys(t *testing.T, rdb redis.UniversalClient, key string) {
 	t.Helper()
 	for _, kind := range []string{"line", "gens", "holders"} {
-		assert.Zero(t, rdb.Exists(context.Background(), redislock.SideKey(key, kind)).Val(), "%s left", kind)
+		assert.Zero(t, rdb.Exists(context.Background(), sideKey(key, kind)).Val(), "%s left", kind)
 	}
 	assert.Zero(t, rdb.Exists(context.Background(), key).Val(), "the key left")
 }
@@ -445,6 +445,7 @@ func assertNoSideKeys(t *testing.T, rdb redis.UniversalClient, key string) {
 // second permit of a semaphore of 1) gets the key only after the holder's
 // Until, 20 times in a row.
 func TestModes_LeasesLastUntilUntil(t *testing.T) {
+	waitsInParallel(t)
 	b := realBackend(t)
 	ctx := ctxT(t, 30*time.Second)
 	rdb, _ := b.client(t)

@@ -1,11 +1,7 @@
-package redislock_test
+package tests
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
-	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -156,37 +152,10 @@ func (h hook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessP
 	}
 }
 
-// runs reports whether cmd runs the script whose SHA1 is hash (EVALSHA, or
-// the EVAL go-redis sends after NOSCRIPT).
-// releases reports whether cmd runs a release script (of a plain lock, or
-// of the line and the family); acquires, an acquire script.
-func releases(cmd redis.Cmder) bool {
-	return runs(cmd, redislock.DropScriptHash) || runs(cmd, redislock.ReleaseScriptHash)
-}
-
-func acquires(cmd redis.Cmder) bool {
-	return runs(cmd, redislock.TakeScriptHash) || runs(cmd, redislock.AcquireScriptHash)
-}
-
-func runs(cmd redis.Cmder, hash string) bool {
-	args := cmd.Args()
-	if len(args) < 2 {
-		return false
-	}
-	switch strings.ToLower(fmt.Sprint(args[0])) {
-	case "evalsha":
-		return args[1] == hash
-	case "eval":
-		sum := sha1.Sum([]byte(fmt.Sprint(args[1])))
-		return hex.EncodeToString(sum[:]) == hash
-	}
-	return false
-}
-
 // queued returns the tokens in key's line in Redis, first in line first.
 func queued(t testing.TB, rdb redis.UniversalClient, key string) []string {
 	t.Helper()
-	q, err := rdb.LRange(context.Background(), redislock.SideKey(key, "line"), 0, -1).Result()
+	q, err := rdb.LRange(context.Background(), sideKey(key, "line"), 0, -1).Result()
 	require.NoError(t, err)
 	return q
 }
@@ -415,18 +384,9 @@ func lateCopyClient(t *testing.T, b *backend, delay time.Duration) (*redis.Clien
 	t.Helper()
 	lc := &lagConns{delay: delay, ran: make(chan time.Time, 1)}
 	rdb, _ := b.client(t, func(o *redis.Options) { o.Dialer = lc.dial; o.ReadTimeout = 100 * time.Millisecond })
-	ctx := ctxT(t, 5*time.Second)
-	require.NoError(t, redislock.LoadScripts(ctx, rdb)) // the scripts run by EVALSHA from now on
+	loadScripts(t, rdb) // the scripts run by EVALSHA from now on
 	t.Cleanup(lc.wg.Wait)
 	return rdb, lc
-}
-
-// scriptRun matches the bytes of a run of the script whose SHA1 is hash,
-// with arg among its arguments ("" for any).
-func scriptRun(hash, arg string) func([]byte) bool {
-	return func(b []byte) bool {
-		return bytes.Contains(b, []byte(hash)) && (arg == "" || bytes.Contains(b, []byte("\r\n"+arg+"\r\n")))
-	}
 }
 
 // untilWithinExpiry waits until d after at (when a late copy of a command

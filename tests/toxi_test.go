@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 // Network faults between the client and a real redis-server, made with an
 // in-process toxiproxy: latency, connection resets, black holes, half-closed
@@ -161,7 +161,7 @@ func toxiSetup(t *testing.T) (x *toxi, rdb, direct *redis.Client, locker *redisl
 	x = newToxi(t, b.addr)
 	rdb = defaultClient(t, x.Addr())
 	direct, _ = b.client(t)
-	require.NoError(t, releaseScriptLoaded(ctxT(t, 5*time.Second), rdb))
+	loadScripts(t, rdb)
 	return x, rdb, direct, redislock.New(rdb)
 }
 

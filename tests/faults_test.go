@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 // Fault injection: Redis frozen, killed and restarted, its scripts flushed,
 // and the network black-holed between the client and Redis. Every test runs
@@ -225,7 +225,7 @@ func TestObtainGivingUpKeepsDeadline(t *testing.T) {
 			proxy := faultproxy.New(t, b.addr)
 			rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1})
 			t.Cleanup(func() { _ = rdb.Close() })
-			require.NoError(t, releaseScriptLoaded(ctx, rdb))
+			loadScripts(t, rdb)
 			rdb.AddHook(&afterCmd{cmd: "evalsha", failed: true, do: proxy.Pause})
 			t.Cleanup(proxy.Resume)
 			proxy.DropNextReply(faultproxy.MatchCommand("evalsha"))
@@ -244,7 +244,7 @@ func TestObtainGivingUpKeepsDeadline(t *testing.T) {
 		require.NoError(t, direct.Set(ctx, "k", "holder", time.Minute).Err())
 		proxy := faultproxy.New(t, b.addr)
 		rdb := defaultClient(t, proxy.Addr())
-		require.NoError(t, releaseScriptLoaded(ctx, rdb))
+		loadScripts(t, rdb)
 		rdb.AddHook(&afterCmd{cmd: "evalsha", do: proxy.Pause}) // the attempt found the key held
 		t.Cleanup(proxy.Resume)
 		took, err := timed(deadline, func(ctx context.Context) error { return obtain(ctx, redislock.New(rdb)) })
@@ -290,12 +290,6 @@ func TestObtainGivingUpKeepsDeadline(t *testing.T) {
 			})
 		}
 	}
-}
-
-// releaseScriptLoaded makes sure the scripts are in Redis's cache, so that the
-// clean-up of a test is one EVALSHA.
-func releaseScriptLoaded(ctx context.Context, rdb *redis.Client) error {
-	return redislock.LoadScripts(ctx, rdb)
 }
 
 // afterCmd is a go-redis hook that calls do once, after a command named cmd
@@ -385,6 +379,7 @@ func TestRestartWithoutPersistenceIsLoud(t *testing.T) {
 // cancelled), renewals go on although the restart emptied the script cache,
 // and fences keep increasing.
 func TestRestartWithAOFKeepsLock(t *testing.T) {
+	waitsInParallel(t)
 	b := realBackend(t, "--appendonly", "yes", "--appendfsync", "always")
 	rdb, _ := b.client(t)
 	locker := redislock.New(rdb)

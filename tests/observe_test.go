@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 import (
 	"bytes"
@@ -168,7 +168,7 @@ func TestHooks_Renew(t *testing.T) {
 	rdb, _ := b.client(t)
 	var stall sync.Once
 	rdb.AddHook(hook{pipeline: func(cmds []redis.Cmder) {
-		if runs(cmds[0], redislock.RefreshScriptHash) {
+		if isScript(cmds[0], renewScript) {
 			stall.Do(func() { time.Sleep(300 * time.Millisecond) }) // the first renewal is slow
 		}
 	}})
@@ -393,7 +393,7 @@ func TestHooks_NoLostAfterRelease(t *testing.T) {
 	inFlight := make(chan struct{})
 	var once sync.Once
 	rdb.AddHook(hook{pipeline: func(cmds []redis.Cmder) {
-		if runs(cmds[0], redislock.RefreshScriptHash) {
+		if isScript(cmds[0], renewScript) {
 			once.Do(func() {
 				close(inFlight)
 				time.Sleep(300 * time.Millisecond) // the renewal reaches Redis after the release
@@ -458,7 +458,7 @@ func TestHooks_BackgroundReleaseReportsHandOff(t *testing.T) {
 			checker, _ := b.client(t)
 			var slow atomic.Bool
 			rdb.AddHook(hook{before: func(cmd redis.Cmder) {
-				if slow.Load() && runs(cmd, redislock.ReleaseScriptHash) {
+				if slow.Load() && isScript(cmd, releaseScript) {
 					time.Sleep(300 * time.Millisecond)
 				}
 			}})
@@ -526,11 +526,11 @@ func TestHooks_NoLostForALockNeverReturned(t *testing.T) {
 	b := realBackend(t)
 	ctx := ctxT(t, 10*time.Second)
 	rdb, _ := b.client(t)
-	require.NoError(t, releaseScriptLoaded(ctx, rdb))
+	loadScripts(t, rdb)
 	var slowReply, slowRenew atomic.Bool
 	rdb.AddHook(hook{
 		before: func(cmd redis.Cmder) {
-			if slowRenew.Load() && runs(cmd, redislock.RefreshScriptHash) {
+			if slowRenew.Load() && isScript(cmd, renewScript) {
 				time.Sleep(60 * time.Millisecond) // the renewal reaches Redis after the lease
 			}
 		},

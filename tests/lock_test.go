@@ -1,7 +1,6 @@
-package redislock_test
+package tests
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -458,7 +457,7 @@ func TestRelease_LostReplyIsSuccess(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()}) // go-redis retries
 	t.Cleanup(func() { _ = rdb.Close() })
 	direct, _ := b.client(t)
-	require.NoError(t, releaseScriptLoaded(ctx, rdb))
+	loadScripts(t, rdb)
 	lk, err := redislock.New(rdb).Obtain(ctx, "k", time.Minute)
 	require.NoError(t, err)
 	proxy.DropNextReply(faultproxy.MatchCommand("evalsha"))
@@ -503,7 +502,7 @@ func TestLeaseClock_DelayedCopyOfShortRefresh(t *testing.T) {
 	require.NoError(t, err)
 
 	lc.lagNext(func(b []byte) bool {
-		return bytes.Contains(b, []byte(redislock.RefreshScriptHash)) && bytes.Contains(b, []byte("\r\n300\r\n"))
+		return sentScript(renewScript, "300")(b)
 	})
 	require.NoError(t, lk.Refresh(ctx, 300*time.Millisecond), "go-redis retried it on another connection")
 	require.NoError(t, lk.Refresh(ctx, 5*time.Second))
@@ -532,12 +531,12 @@ func TestLeaseClock_DelayedRenewalThenLongerRefresh(t *testing.T) {
 	renewedOK := make(chan struct{})
 	var once sync.Once
 	rdb.AddHook(hook{after: func(cmd redis.Cmder, err error) {
-		if err == nil && runs(cmd, redislock.RefreshScriptHash) && lc.hits.Load() == 1 {
+		if err == nil && isScript(cmd, renewScript) && lc.hits.Load() == 1 {
 			once.Do(func() { close(renewedOK) })
 		}
 	}})
 	lc.lagNext(func(b []byte) bool {
-		return bytes.Contains(b, []byte(redislock.RefreshScriptHash)) && bytes.Contains(b, []byte("\r\n300\r\n"))
+		return sentScript(renewScript, "300")(b)
 	})
 	lctx := lk.KeepAlive(ctx)
 	lostAt := watchLost(lctx)
@@ -573,7 +572,7 @@ func TestLeaseClock_FailedShortRefreshRunsLate(t *testing.T) {
 	lk, err := redislock.New(rdb).Obtain(ctx, "k", 5*time.Second)
 	require.NoError(t, err)
 	lc.lagNext(func(b []byte) bool {
-		return bytes.Contains(b, []byte(redislock.RefreshScriptHash)) && bytes.Contains(b, []byte("\r\n300\r\n"))
+		return sentScript(renewScript, "300")(b)
 	})
 	err = lk.Refresh(ctx, 300*time.Millisecond)
 	t.Logf("short Refresh: %v", err)
@@ -593,6 +592,7 @@ func TestLeaseClock_FailedShortRefreshRunsLate(t *testing.T) {
 // holder Refreshes to a longer lease, and the delayed copy runs after it.
 // The kept context is never live while another client can take the key.
 func TestLeaseClock_DelayedRenewalDefaultOptions(t *testing.T) {
+	waitsInParallel(t)
 	b := realBackend(t)
 	lc := &lagConns{delay: 6500 * time.Millisecond, ran: make(chan time.Time, 1)}
 	rdb, _ := b.client(t, func(o *redis.Options) { o.Dialer = lc.dial })
@@ -600,7 +600,7 @@ func TestLeaseClock_DelayedRenewalDefaultOptions(t *testing.T) {
 	lk, err := redislock.New(rdb).Obtain(ctx, "k", 1500*time.Millisecond)
 	require.NoError(t, err)
 	lc.lagNext(func(b []byte) bool {
-		return bytes.Contains(b, []byte(redislock.RefreshScriptHash)) && bytes.Contains(b, []byte("\r\n1500\r\n"))
+		return sentScript(renewScript, "1500")(b)
 	})
 	lctx := lk.KeepAlive(ctx)
 	lostAt := watchLost(lctx)
@@ -621,6 +621,7 @@ func TestLeaseClock_DelayedRenewalDefaultOptions(t *testing.T) {
 // TestLeaseClock_DelayedCopyOfShortRefresh with default client options:
 // the short Refresh's first copy is delayed 4 s.
 func TestLeaseClock_DelayedCopyOfShortRefreshDefaultOptions(t *testing.T) {
+	waitsInParallel(t)
 	b := realBackend(t)
 	lc := &lagConns{delay: 4 * time.Second, ran: make(chan time.Time, 1)}
 	rdb, _ := b.client(t, func(o *redis.Options) { o.Dialer = lc.dial })
@@ -629,7 +630,7 @@ func TestLeaseClock_DelayedCopyOfShortRefreshDefaultOptions(t *testing.T) {
 	lk, err := redislock.New(rdb).Obtain(ctx, "k", 10*time.Second)
 	require.NoError(t, err)
 	lc.lagNext(func(b []byte) bool {
-		return bytes.Contains(b, []byte(redislock.RefreshScriptHash)) && bytes.Contains(b, []byte("\r\n2000\r\n"))
+		return sentScript(renewScript, "2000")(b)
 	})
 	t0 := time.Now()
 	err = lk.Refresh(ctx, 2*time.Second)
@@ -729,7 +730,7 @@ func TestLeaseClock_GenerationOutlivesItsFirstCommand(t *testing.T) {
 	lk, err := redislock.New(rdb).Obtain(ctx, "k", time.Second)
 	require.NoError(t, err)
 
-	lc.lagNext(scriptRun(redislock.RefreshScriptHash, "100"))
+	lc.lagNext(sentScript(renewScript, "100"))
 	t0 := time.Now()
 	require.NoError(t, lk.Refresh(ctx, 100*time.Millisecond), "go-redis sent it again")
 	require.NoError(t, lk.Refresh(ctx, time.Second))
@@ -755,9 +756,9 @@ func TestLeaseClock_AbandonedRefreshKeepsItsGeneration(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, lk.Refresh(ctx, 5*time.Second))
 
-	lc.lagNext(scriptRun(redislock.RefreshScriptHash, "300"))
+	lc.lagNext(sentScript(renewScript, "300"))
 	rdb.AddHook(hook{after: func(cmd redis.Cmder, err error) {
-		if err == nil && runs(cmd, redislock.RefreshScriptHash) && cmd.Args()[len(cmd.Args())-4] == int64(300) {
+		if err == nil && isScript(cmd, renewScript) && cmd.Args()[len(cmd.Args())-4] == int64(300) {
 			time.Sleep(100 * time.Millisecond) // the second copy's reply is slow
 		}
 	}})
@@ -781,7 +782,7 @@ func TestLeaseClock_LateCopyOfTheAcquireNeverShortens(t *testing.T) {
 	rdb, lc := lateCopyClient(t, b, time.Second)
 	checker, _ := b.client(t)
 	ctx := ctxT(t, 20*time.Second)
-	lc.lagNext(scriptRun(redislock.TakeScriptHash, "k"))
+	lc.lagNext(sentScript(takeScript, "k"))
 	lk, err := redislock.New(rdb).TryObtain(ctx, "k", 300*time.Millisecond)
 	require.NoError(t, err, "go-redis sent the acquire again; the second copy took the key")
 	require.NoError(t, lk.Refresh(ctx, 5*time.Second))
@@ -803,7 +804,7 @@ func TestRelease_LateCopyOfTheAcquireTakesNothing(t *testing.T) {
 	rdb, lc := lateCopyClient(t, b, time.Second)
 	checker, _ := b.client(t)
 	ctx := ctxT(t, 20*time.Second)
-	lc.lagNext(scriptRun(redislock.TakeScriptHash, "k"))
+	lc.lagNext(sentScript(takeScript, "k"))
 	lk, err := redislock.New(rdb).TryObtain(ctx, "k", 5*time.Second)
 	require.NoError(t, err)
 	require.NoError(t, lk.Release(ctx))
@@ -824,7 +825,7 @@ func TestRelease_LostReplyKeepsItsHandOffs(t *testing.T) {
 	direct, _ := b.client(t)
 	proxy := faultproxy.New(t, b.addr)
 	ca, _ := b.client(t, func(o *redis.Options) { o.Addr = proxy.Addr() })
-	require.NoError(t, releaseScriptLoaded(ctx, ca))
+	loadScripts(t, ca)
 	la := redislock.New(ca, slowPolling)
 	held, err := la.Obtain(ctx, "k", time.Minute)
 	require.NoError(t, err)
@@ -834,7 +835,7 @@ func TestRelease_LostReplyKeepsItsHandOffs(t *testing.T) {
 	second := obtainAsync(ctx, redislock.New(cb, slowPolling), "k", time.Minute)
 	waitQueued(t, direct, "k", 2)
 
-	proxy.DropNextReply(func(req []byte) bool { return bytes.Contains(req, []byte(redislock.ReleaseScriptHash)) })
+	proxy.DropNextReply(func(req []byte) bool { return sentScript(releaseScript, "")(req) })
 	released := time.Now()
 	require.NoError(t, held.Release(ctx), "go-redis sent the release again; its mark says it ran")
 	select {
@@ -864,10 +865,10 @@ func TestRelease_BrokenSideKeysDoNotFailIt(t *testing.T) {
 	for _, kind := range []string{"holders", "gens"} {
 		lk, err := locker.Obtain(ctx, "k", time.Minute)
 		require.NoError(t, err)
-		require.NoError(t, rdb.Set(ctx, redislock.SideKey("k", kind), "junk", 0).Err())
+		require.NoError(t, rdb.Set(ctx, sideKey("k", kind), "junk", 0).Err())
 		require.NoError(t, lk.Release(ctx), kind)
 		assert.Zero(t, rdb.Exists(ctx, "k").Val(), kind)
-		require.NoError(t, rdb.Del(ctx, redislock.SideKey("k", kind)).Err())
+		require.NoError(t, rdb.Del(ctx, sideKey("k", kind)).Err())
 	}
 	require.NoError(t, locker.Shutdown(ctx))
 }

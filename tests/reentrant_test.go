@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 import (
 	"context"
@@ -346,6 +346,7 @@ func staysLive(t *testing.T, ctx context.Context, d time.Duration, why string) {
 // ErrNotHeld. And the acquisition stays kept for it when the outer holder's
 // own KeepAlive ctx ends: the key stays held, the joined context live.
 func TestReentrant_JoinedHandleKeepAlive(t *testing.T) {
+	waitsInParallel(t)
 	ctx, rdb, locker, outer := heldOuter(t, 10*time.Second)
 	lk, err := locker.Obtain(outer.Context(ctx), "k", 2*time.Second)
 	require.NoError(t, err)

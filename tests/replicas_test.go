@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 import (
 	"context"
@@ -54,6 +54,7 @@ func killPrimary(t *testing.T, s *redistest.Sentinel, p *faultproxy.Proxy) {
 //   - with WithReplicas(1, ...) the acquisition fails at once with
 //     ErrNotReplicated ("0 of 1 replicas"), and leaves nothing behind.
 func TestReplicas_FailoverDropsUnreplicatedLock(t *testing.T) {
+	waitsInParallel(t)
 	t.Run("without", func(t *testing.T) {
 		s := redistest.StartSentinel(t)
 		p := replicationThrough(t, s)
@@ -98,6 +99,7 @@ func TestReplicas_FailoverDropsUnreplicatedLock(t *testing.T) {
 // primary: on the promoted replica the key still holds the lock's token,
 // another client cannot take it, and Release works there.
 func TestReplicas_LockSurvivesFailover(t *testing.T) {
+	waitsInParallel(t)
 	s := redistest.StartSentinel(t)
 	p := replicationThrough(t, s)
 	rdb := s.Client(t)
@@ -182,6 +184,7 @@ func TestReplicas_BadInput(t *testing.T) {
 // a WAIT that timed out at its next tick, up to 100ms late: a timeout of
 // 950ms ran into the read timeout.)
 func TestReplicas_LongestTimeoutIsNotAReadTimeout(t *testing.T) {
+	waitsInParallel(t)
 	s := redistest.Start(t)
 	rdb := s.Client(t, func(o *redis.Options) { o.ReadTimeout = time.Second })
 	ctx := ctxT(t, 30*time.Second)
@@ -209,7 +212,7 @@ func TestReplicas_NotReplicatedHoldsNothing(t *testing.T) {
 	rdb := srv.Client(t)
 	var slow atomic.Bool
 	rdb.AddHook(hook{before: func(cmd redis.Cmder) {
-		if slow.Load() && runs(cmd, redislock.ReleaseScriptHash) {
+		if slow.Load() && isScript(cmd, releaseScript) {
 			time.Sleep(300 * time.Millisecond)
 		}
 	}})
@@ -263,6 +266,7 @@ func BenchmarkReplicas(b *testing.B) {
 // acknowledged write (the renewals that Redis ran but no replica
 // acknowledged do not keep it for another lease).
 func TestReplicas_LostLockIsFreeWithinALease(t *testing.T) {
+	waitsInParallel(t)
 	s := redistest.StartSentinel(t)
 	p := replicationThrough(t, s)
 	ctx := ctxT(t, 60*time.Second)

@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 import (
 	"context"
@@ -48,7 +48,7 @@ func TestFencesIncrease(t *testing.T) {
 		plain, err := redislock.New(c1).Obtain(ctx, "plain", time.Minute)
 		require.NoError(t, err)
 		assert.Zero(t, plain.Fence())
-		assert.Equal(t, int64(0), c1.Exists(ctx, redislock.FenceKey("plain")).Val())
+		assert.Equal(t, int64(0), c1.Exists(ctx, fenceKey("plain")).Val())
 		// Per call.
 		fenced, err := redislock.New(c1).Obtain(ctx, "per-call", time.Minute, redislock.WithFencing())
 		require.NoError(t, err)
@@ -187,7 +187,7 @@ func TestFence_FailedIncrementLeavesNoKey(t *testing.T) {
 			eachBackend(t, func(t *testing.T, b *backend) {
 				ctx := ctxT(t, 10*time.Second)
 				rdb, _ := b.client(t)
-				fenceKey := redislock.FenceKey("k")
+				fenceKey := fenceKey("k")
 				require.NoError(t, rdb.Set(ctx, fenceKey, counter, 0).Err())
 				fenced := redislock.New(rdb, redislock.WithFencing())
 
@@ -237,7 +237,7 @@ func TestFence_ExactUpTo2To53(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 5*time.Second)
 		rdb, _ := b.client(t)
-		fenceKey := redislock.FenceKey("k")
+		fenceKey := fenceKey("k")
 		require.NoError(t, rdb.Set(ctx, fenceKey, strconv.FormatInt(1<<53-2, 10), 0).Err())
 		locker := redislock.New(rdb, redislock.WithFencing())
 
@@ -261,7 +261,7 @@ func TestFence_ExactUpTo2To53(t *testing.T) {
 // each key's fences increase from one acquisition to the next, and a
 // counter never expires.
 func TestFencing_OneCounterPerSlot(t *testing.T) {
-	b := miniBackend(t)
+	b := realBackend(t)
 	ctx := context.Background()
 	rdb, _ := b.client(t)
 	locker := redislock.New(rdb, redislock.WithFencing())
@@ -278,7 +278,7 @@ func TestFencing_OneCounterPerSlot(t *testing.T) {
 		for i := range 2000 {
 			key := fmt.Sprintf("{user:%d}:order:%d", i%50, i)
 			acquire(key)
-			counters[redislock.FenceKey(key)] = true
+			counters[fenceKey(key)] = true
 		}
 	}
 	assert.Len(t, counters, 50)
@@ -287,9 +287,9 @@ func TestFencing_OneCounterPerSlot(t *testing.T) {
 	for range 3000 {
 		key = fmt.Sprintf("order:%x", rand.Uint64())
 		acquire(key)
-		counters[redislock.FenceKey(key)] = true
+		counters[fenceKey(key)] = true
 	}
 	assert.Equal(t, int64(len(counters)), rdb.DBSize(ctx).Val(), "a counter per slot, nothing else")
 	assert.Less(t, len(counters), 3050, "one counter per key")
-	assert.Equal(t, time.Duration(-1), rdb.PTTL(ctx, redislock.FenceKey(key)).Val(), "a counter expires")
+	assert.Equal(t, time.Duration(-1), rdb.PTTL(ctx, fenceKey(key)).Val(), "a counter expires")
 }

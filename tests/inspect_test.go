@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 import (
 	"context"
@@ -77,7 +77,7 @@ func TestInspect(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, redislock.Info{Key: "list", Mode: redislock.ModeOther}, info, "data of another kind: not free")
 		require.NoError(t, checker.Del(ctx, "list").Err())
-		require.NoError(t, checker.Del(ctx, redislock.FenceKey("x")).Err()) // fence counters stay
+		require.NoError(t, checker.Del(ctx, fenceKey("x")).Err()) // fence counters stay
 		requireOnlyMarks(t, checker)
 	})
 }
@@ -103,7 +103,7 @@ func TestInspect_HolderDescription(t *testing.T) {
 
 	lk, err = redislock.New(rdb, redislock.WithHolder("")).Obtain(ctx, "k", time.Minute)
 	require.NoError(t, err)
-	assert.Zero(t, rdb.Exists(ctx, redislock.SideKey("k", "holders")).Val(), "no description stored")
+	assert.Zero(t, rdb.Exists(ctx, sideKey("k", "holders")).Val(), "no description stored")
 	info, err = redislock.New(rdb).Inspect(ctx, "k")
 	require.NoError(t, err)
 	assert.Empty(t, info.Holders[0].Description)

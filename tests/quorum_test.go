@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 import (
 	"context"
@@ -144,6 +144,7 @@ func TestQuorum_Basics(t *testing.T) {
 // lease, and an acquisition fails with an error that is not ErrNotObtained
 // (fewer than a majority answered: Redis is down, not busy).
 func TestQuorum_MinorityLoss(t *testing.T) {
+	waitsInParallel(t)
 	servers := startMasters(t, 5)
 	ctx := ctxT(t, 30*time.Second)
 	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)))
@@ -240,6 +241,7 @@ func competeQuorum(t *testing.T, locker *redislock.Locker, key string, d time.Du
 //     cannot renew on a majority and is told the lock is lost; only then
 //     does another client take it.
 func TestQuorum_RestartRule(t *testing.T) {
+	waitsInParallel(t)
 	const ttl = 1500 * time.Millisecond
 	restart := func(t *testing.T, servers []*redistest.Server, away time.Duration) {
 		servers[0].Kill(t)
@@ -407,10 +409,10 @@ func quorumChild(t *testing.T) {
 }
 
 // delayScript makes client wait d before it sends each run of the script
-// whose SHA1 is hash (a slow link to that master, one way).
-func delayScript(client redis.UniversalClient, hash string, d time.Duration) {
+// s (a slow link to that master, one way).
+func delayScript(client redis.UniversalClient, s script, d time.Duration) {
 	client.(*redis.Client).AddHook(hook{before: func(cmd redis.Cmder) {
-		if runs(cmd, hash) {
+		if isScript(cmd, s) {
 			time.Sleep(d)
 		}
 	}})
@@ -430,7 +432,7 @@ func TestQuorum_ContentionWithMinorityDown(t *testing.T) {
 	servers[3].Kill(t)
 	clients := quorumClients(t, addrsOf(servers))
 	for _, i := range []int{1, 2, 4} {
-		delayScript(clients[i], redislock.AcquireScriptHash, 50*time.Millisecond) // the dead answer first
+		delayScript(clients[i], acquireScript, 50*time.Millisecond) // the dead answer first
 	}
 	other := redislock.NewQuorum(clients)
 
@@ -509,14 +511,24 @@ func TestQuorum_ReleaseByMajority(t *testing.T) {
 // (Shutdown waits for it) after the caller's deadline, also with clients
 // that stop at deadlines themselves (ContextTimeoutEnabled).
 func TestQuorum_ReleaseSlowMaster(t *testing.T) {
+	waitsInParallel(t)
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	clients := quorumClients(t, addrsOf(servers), func(o *redis.Options) { o.ContextTimeoutEnabled = true })
-	delayScript(clients[2], redislock.ReleaseScriptHash, 1500*time.Millisecond)
+	delayScript(clients[2], releaseScript, 1500*time.Millisecond)
 	locker := redislock.NewQuorum(clients)
 	lk, err := locker.Obtain(ctx, "k", 30*time.Second)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return servers[2].Do(t, "EXISTS", "k") == int64(1) }, time.Second, time.Millisecond)
+	// On every master before the release begins: a take that lands after
+	// it is given back, and the release could not count that master.
+	require.Eventually(t, func() bool {
+		for _, s := range servers {
+			if s.Do(t, "EXISTS", "k") != int64(1) {
+				return false
+			}
+		}
+		return true
+	}, time.Second, time.Millisecond)
 
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -538,7 +550,7 @@ func TestQuorum_StragglerAfterRelease(t *testing.T) {
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	clients := quorumClients(t, addrsOf(servers))
-	delayScript(clients[2], redislock.AcquireScriptHash, 300*time.Millisecond)
+	delayScript(clients[2], acquireScript, 300*time.Millisecond)
 	locker := redislock.NewQuorum(clients)
 	start := time.Now()
 	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
@@ -611,7 +623,7 @@ func TestQuorum_FenceLimit(t *testing.T) {
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)), redislock.WithFencing())
-	counter := redislock.FenceKey("k")
+	counter := fenceKey("k")
 	setCounters := func(values ...int64) {
 		for i, v := range values {
 			servers[i].Do(t, "SET", counter, v)
@@ -651,7 +663,7 @@ func TestQuorum_FenceAtTheLimitIsIssued(t *testing.T) {
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)), redislock.WithFencing())
-	counter := redislock.FenceKey("k")
+	counter := fenceKey("k")
 	for i, v := range []int64{exact, exact - 1, 3} {
 		servers[i].Do(t, "SET", counter, v)
 	}
@@ -667,6 +679,7 @@ func TestQuorum_FenceAtTheLimitIsIssued(t *testing.T) {
 // connection refused) is renewed again renewRetry (50 ms) later, not in a
 // hot loop, until it is reported lost.
 func TestQuorum_FailedRenewalWaitsBeforeItsRetry(t *testing.T) {
+	waitsInParallel(t)
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	var renewals atomic.Int64
@@ -714,7 +727,7 @@ func TestQuorum_LateCopyAfterReleaseTakesNothing(t *testing.T) {
 	require.NoError(t, warm.Release(ctx))
 	require.NoError(t, locker.Shutdown(ctx))
 
-	lc.lagNext(scriptRun(redislock.AcquireScriptHash, "k"))
+	lc.lagNext(sentScript(acquireScript, "k"))
 	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
 	require.NoError(t, err, "masters 0 and 1 take the key")
 	time.Sleep(300 * time.Millisecond)
@@ -738,6 +751,7 @@ func TestQuorum_LateCopyAfterReleaseTakesNothing(t *testing.T) {
 // behind when they thaw 1.5 s later and run its attempt: the give-back is
 // tried again until the master answers, and spends the token first.
 func TestQuorum_FailedAttemptTakesNothingAtThaw(t *testing.T) {
+	waitsInParallel(t)
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 30*time.Second)
 	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)))

@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 import (
 	"context"
@@ -149,7 +149,7 @@ func TestAcquire_SilentNetworkMidWaitIsNotContention(t *testing.T) {
 	ch := obtainAsync(wctx, locker, "k", time.Minute)
 	waitQueued(t, direct, "k", 1)
 	require.Eventually(t, func() bool {
-		return direct.PubSubNumSub(ctx, redislock.WakeChannel(locker, "k")).Val()[redislock.WakeChannel(locker, "k")] == 1
+		return wakeSubscribers(ctx, direct) == 1
 	}, time.Second, time.Millisecond, "subscribed")
 	time.Sleep(20 * time.Millisecond)
 	x.add("hole-up", "blackhole", "upstream", nil)
@@ -175,7 +175,7 @@ func TestAcquire_LateCopyOfTryObtainTakesNothing(t *testing.T) {
 	holder, err := redislock.New(direct).Obtain(ctx, "k", time.Minute)
 	require.NoError(t, err)
 
-	lc.lagNext(scriptRun(redislock.TakeScriptHash, "k"))
+	lc.lagNext(sentScript(takeScript, "k"))
 	locker := redislock.New(rdb)
 	_, err = locker.TryObtain(ctx, "k", time.Minute)
 	require.ErrorIs(t, err, redislock.ErrNotObtained)
@@ -230,7 +230,7 @@ func TestAcquire_StallLongerThanTTL(t *testing.T) {
 	b := realBackend(t)
 	ctx := ctxT(t, 20*time.Second)
 	rdb, _ := b.client(t)
-	require.NoError(t, releaseScriptLoaded(ctx, rdb))
+	loadScripts(t, rdb)
 	const ttl = 200 * time.Millisecond
 	for name, call := range map[string]func(*redislock.Locker) (*redislock.Lock, error){
 		"Obtain":    func(l *redislock.Locker) (*redislock.Lock, error) { return l.Obtain(ctx, "k", ttl) },
@@ -449,6 +449,7 @@ func TestAcquire_MixingKindsNamesThem(t *testing.T) {
 // ErrNotObtained. (A wait that ends before go-redis itself gives up, 1.7 s
 // here with its dial retries, says that Redis did not answer.)
 func TestAcquire_RedisDownKeepsTheCause(t *testing.T) {
+	waitsInParallel(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()

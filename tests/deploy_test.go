@@ -1,4 +1,4 @@
-package redislock_test
+package tests
 
 // The library's core behaviours on real Redis deployments: a 3-master Redis
 // Cluster (a go-redis ClusterClient) and a primary with a replica watched by
@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -522,7 +523,7 @@ func deployShardFailover(t *testing.T, cluster *redistest.Cluster, kill bool) {
 	})
 	require.Eventually(t, func() bool {
 		return replica.Get(ctx, heldKey).Val() == held.Token() && replica.Get(ctx, keptKey).Val() == kept.Token() &&
-			replica.LLen(ctx, redislock.SideKey(heldKey, "line")).Val() == 1
+			replica.LLen(ctx, sideKey(heldKey, "line")).Val() == 1
 	}, 5*time.Second, 10*time.Millisecond, "the replica has the locks")
 
 	// The competitor and the watcher run until the end of the failover
@@ -735,7 +736,7 @@ func keysOf(ctx context.Context, c *redis.Client, key string) ([]string, error) 
 	var names []string
 	it := c.Scan(ctx, 0, "*", 1000).Iterator()
 	for it.Next(ctx) {
-		if k := it.Val(); k == key || strings.HasSuffix(k, ":"+key) || k == redislock.FenceKey(key) {
+		if k := it.Val(); k == key || strings.HasSuffix(k, ":"+key) || k == fenceKey(key) {
 			names = append(names, k)
 		}
 	}
@@ -748,7 +749,7 @@ func sideKind(key, name string) string {
 	switch name {
 	case key:
 		return ""
-	case redislock.FenceKey(key):
+	case fenceKey(key):
 		return "fence"
 	}
 	const infix = "}:rl1:"
@@ -871,13 +872,22 @@ func deployShardLocalHandOffs(t *testing.T, cluster *redistest.Cluster) {
 		return publish, shard
 	}
 	type count struct{ publish, shard int64 }
+	// snapshot returns each node's counts once they stay the same for
+	// 200 ms: the bus delivers messages after the command that sent them
+	// has returned (those of the subtests before this one too).
 	snapshot := func() map[*redistest.Server]count {
-		m := map[*redistest.Server]count{}
-		for _, srv := range cluster.Nodes() {
-			p, s := busMessages(srv)
-			m[srv] = count{p, s}
+		var last map[*redistest.Server]count
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			m := map[*redistest.Server]count{}
+			for _, srv := range cluster.Nodes() {
+				p, s := busMessages(srv)
+				m[srv] = count{p, s}
+			}
+			if maps.Equal(m, last) || time.Now().After(deadline) {
+				return m
+			}
+			last = m
 		}
-		return m
 	}
 	before := snapshot()
 	a, b := redislock.New(cluster.Client(t), deployNoPolling), redislock.New(cluster.Client(t), deployNoPolling)

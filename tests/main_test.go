@@ -1,0 +1,25 @@
+package tests
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the run if any goroutine outlives the tests: every lease
+// keeper, abandoned call and helper process watcher must have ended.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// waitsInParallel marks t as a test that spends its time waiting (for a
+// failover, a read timeout, a delayed copy, a lease to run out), not
+// computing, and whose timing bounds have room (hundreds of milliseconds or
+// more): it runs in parallel with the other such tests, two at a time
+// (-parallel is GOMAXPROCS), after all the others. That keeps the suite
+// within about 5 minutes on 2 cores. A test that counts goroutines
+// (noLibraryGoroutinesLeft, waitGoroutinesGone), uses toxiproxy (its
+// clean-up waits for toxiproxy's goroutines), runs several processes or
+// tight loops, or bounds a latency to tens of milliseconds must not call
+// it.
+func waitsInParallel(t *testing.T) { t.Parallel() }
