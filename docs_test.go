@@ -231,11 +231,11 @@ func TestDocs_LinkParser(t *testing.T) {
 	}
 }
 
-// The README's two commands: the demo, and the tests of the three modules
-// that have them (the library, tests/ and examples/).
+// The README's two commands: the demo, and the tests of the modules that
+// have them (the library, tests/, examples/ and cmd/redislock).
 const (
 	demoCommand = "(cd examples && go run ./oversell)"
-	testCommand = "go test -race ./... && (cd tests && go test -race ./...) && (cd examples && go test -race ./...)"
+	testCommand = "go test -race ./... && (cd tests && go test -race ./...) && (cd examples && go test -race ./...) && (cd cmd/redislock && go test -race ./...)"
 )
 
 // TestDocs_README checks the README's promises to newcomers and to CI: at

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/seed5e0b76d9/redislock"
-	"github.com/seed5e0b76d9/redislock/internal/redisurl"
+	"github.com/seed5e0b76d9/redislock/cmd/redislock/internal/redisurl"
 )
 
 // Defaults of the flags.

@@ -22,7 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed5e0b76d9/redislock"
-	"github.com/seed5e0b76d9/redislock/internal/redisurl"
+	"github.com/seed5e0b76d9/redislock/cmd/redislock/internal/redisurl"
 )
 
 // Timeouts of the calls run makes outside the wait for the lock.

@@ -14,7 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/seed5e0b76d9/redislock"
-	"github.com/seed5e0b76d9/redislock/internal/redisurl"
+	"github.com/seed5e0b76d9/redislock/cmd/redislock/internal/redisurl"
 )
 
 // statusTimeout bounds status's one call to Redis.

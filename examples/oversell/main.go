@@ -27,11 +27,10 @@
 //	(cd examples && go run ./oversell -redis 'redis+sentinel://127.0.0.1:26379?master_name=mymaster')
 //	(cd examples && go run ./oversell -redis redis+cluster://127.0.0.1:7000)
 //
-// -redis defaults to $REDIS_URL; the URL forms are those of
-// internal/redisurl (one node, Sentinel, Cluster). Other flags: -workers, -stock, -orders (per
-// worker) and -work (the time between reading and writing the stock). The
-// keys carry a random prefix, so runs sharing a Redis do not collide, and are
-// deleted at the end. The exit code is 1 if the locked run oversold.
+// -redis defaults to $REDIS_URL (see newClient for the URL forms). Other
+// flags: -workers, -stock, -orders (per worker) and -work (the time between
+// reading and writing the stock). The keys carry a random prefix, so runs
+// sharing a Redis do not collide, and are deleted at the end. The exit code is 1 if the locked run oversold.
 //
 // (A single Lua script or DECR would make this one counter atomic without any
 // lock; the lock is what you need when the work between the read and the
@@ -53,7 +52,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed5e0b76d9/redislock"
-	"github.com/seed5e0b76d9/redislock/internal/redisurl"
 )
 
 // config describes one run of the sale.
@@ -110,16 +108,16 @@ func sale(ctx context.Context, url string, cfg config) error {
 		url = "redis://" + mr.Addr()
 		fmt.Println("redis: embedded miniredis (use -redis redis://127.0.0.1:6379 for a real one)")
 	}
-	rdb, err := redisurl.NewClient(url)
+	rdb, err := newClient(url)
 	if err != nil {
-		return err
+		return fmt.Errorf("redis %s: %w", redacted(url), err)
 	}
 	defer rdb.Close()
 	if mr == nil {
-		fmt.Println("redis:", url)
+		fmt.Println("redis:", redacted(url))
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis %s: %w", url, err)
+		return fmt.Errorf("redis %s: %w", redacted(url), err)
 	}
 
 	prefix := "oversell:" + rand.Text()[:10] + ":" // unique per process

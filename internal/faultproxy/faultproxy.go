@@ -71,7 +71,7 @@ func New(t testing.TB, target string) *Proxy {
 		conns:  make(map[*conn]struct{}),
 	}
 	p.cond = sync.NewCond(&p.mu)
-	p.wg.Go(p.acceptLoop)
+	p.spawn(p.acceptLoop)
 	t.Cleanup(p.Close)
 	return p
 }
@@ -201,8 +201,18 @@ func (p *Proxy) acceptLoop() {
 			}
 			continue
 		}
-		p.wg.Go(func() { p.handle(cc) })
+		p.spawn(func() { p.handle(cc) })
 	}
+}
+
+// spawn runs f in a goroutine that Close waits for (sync.WaitGroup.Go,
+// which is Go 1.25's: the module builds with Go 1.22).
+func (p *Proxy) spawn(f func()) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		f()
+	}()
 }
 
 func (p *Proxy) handle(cc net.Conn) {
@@ -224,7 +234,7 @@ func (p *Proxy) handle(cc net.Conn) {
 	p.conns[c] = struct{}{}
 	p.mu.Unlock()
 
-	p.wg.Go(func() { p.pipe(c, true) })
+	p.spawn(func() { p.pipe(c, true) })
 	p.pipe(c, false)
 }
 

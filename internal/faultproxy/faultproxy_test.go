@@ -151,18 +151,22 @@ func startEcho(t *testing.T) string {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			wg.Go(func() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
 				defer c.Close()
 				_, _ = io.Copy(c, c)
-			})
+			}()
 		}
-	})
+	}()
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	return ln.Addr().String()
 }

@@ -30,7 +30,9 @@ func TestStartSentinelTopology(t *testing.T) {
 		t.Fatalf("CurrentPrimary = %s, want %s", got, s.Primary().Addr())
 	}
 	addrs := append(s.SentinelAddrs(), s.Primary().Addr(), s.Replica().Addr())
-	if len(addrs) != 5 || len(slices.Compact(slices.Sorted(slices.Values(addrs)))) != 5 {
+	sorted := slices.Clone(addrs)
+	slices.Sort(sorted)
+	if len(addrs) != 5 || len(slices.Compact(sorted)) != 5 {
 		t.Fatalf("addresses %v, want 5 distinct", addrs)
 	}
 	for _, a := range addrs {
