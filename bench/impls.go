@@ -60,6 +60,9 @@ var configs = []config{
 	{"ours-ctx-timeout", "redislock, default options, on a client with ContextTimeoutEnabled", func(rdb *redis.Client) impl {
 		return &oursImpl{n: "ours-ctx-timeout", l: ours.New(rdb)}
 	}, true},
+	{"ours-no-cancel", "redislock, default options, called with a ctx that cannot end (context.WithoutCancel) and WithWait(ctx's time left): no goroutine per call, Redis calls bounded by go-redis's timeouts as the peers' are", func(rdb *redis.Client) impl {
+		return &oursImpl{n: "ours-no-cancel", l: ours.New(rdb), noCancel: true}
+	}, false},
 
 	{"bsm-linear-10ms", "bsm/redislock, LinearBackoff(10ms)", func(rdb *redis.Client) impl {
 		return &bsmImpl{n: "bsm-linear-10ms", c: bsm.New(rdb), retry: func() bsm.RetryStrategy { return bsm.LinearBackoff(10 * time.Millisecond) }}
@@ -96,16 +99,36 @@ func findConfig(name string) (config, error) {
 type oursImpl struct {
 	n string
 	l *ours.Locker
+	// noCancel calls with a ctx that cannot end, the wait bounded by
+	// WithWait instead: the library then runs its Redis calls on the
+	// caller's goroutine (see ours.New).
+	noCancel bool
 }
 
 func (o *oursImpl) name() string { return o.n }
 
 func (o *oursImpl) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	if o.noCancel {
+		return o.lockNoCancel(ctx, key)
+	}
 	lk, err := o.l.Obtain(ctx, key, leaseTTL)
 	if err != nil {
 		return nil, err
 	}
 	return lk.Release, nil
+}
+
+// lockNoCancel waits for the key as long as ctx would have let it.
+func (o *oursImpl) lockNoCancel(ctx context.Context, key string) (func(context.Context) error, error) {
+	var opts []ours.Option
+	if dl, ok := ctx.Deadline(); ok {
+		opts = append(opts, ours.WithWait(max(time.Until(dl), time.Millisecond)))
+	}
+	lk, err := o.l.Obtain(context.WithoutCancel(ctx), key, leaseTTL, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return lk.Release(context.WithoutCancel(ctx)) }, nil
 }
 
 // bsmImpl adapts github.com/bsm/redislock. Obtain retries per its

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,9 @@ var mkImpls = []mkImpl{
 	{"ours", "redislock: Locker.Obtain (default options: waits for a held key until ctx's deadline), Lock.Release", func(rdb redis.UniversalClient) impl {
 		return &oursImpl{n: "ours", l: ours.New(rdb)}
 	}},
+	{"ours-no-cancel", "redislock: as ours, with a ctx that cannot end (context.WithoutCancel) and WithWait(the time ctx had left): no goroutine per call", func(rdb redis.UniversalClient) impl {
+		return &oursImpl{n: "ours-no-cancel", l: ours.New(rdb), noCancel: true}
+	}},
 	{"bsm", "bsm/redislock: Obtain with NoRetry (fails at once on a held key), Lock.Release", func(rdb redis.UniversalClient) impl {
 		return &bsmImpl{n: "bsm", c: bsm.New(rdb), retry: bsm.NoRetry}
 	}},
@@ -68,7 +72,7 @@ func (c mkConfig) kind() string {
 }
 
 // ours reports whether the configuration is this module's.
-func (c mkConfig) ours() bool { return c.impl.name == "ours" }
+func (c mkConfig) ours() bool { return strings.HasPrefix(c.impl.name, "ours") }
 
 // peer reports whether the configuration is another library's (not ours,
 // not the floor).
