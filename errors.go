@@ -37,9 +37,10 @@ var (
 	// work, or pauses longer than the lease).
 	ErrNotHeld = errors.New("redislock: lock not held")
 
-	// ErrInvalidKey is returned when the lock key is empty. Nothing is sent to
-	// Redis.
-	ErrInvalidKey = errors.New("redislock: invalid key: must be a non-empty string")
+	// ErrInvalidKey is returned when the lock key is empty, or names a key
+	// that the library keeps beside locks (it contains "}:rl1:": see
+	// docs/how-it-works.md). Nothing is sent to Redis.
+	ErrInvalidKey = errors.New("redislock: invalid key")
 
 	// ErrInvalidTTL is returned when a lease ttl is shorter than one
 	// millisecond (zero, negative or sub-millisecond): Redis expiries have
@@ -52,8 +53,9 @@ var (
 	ErrInvalidTTL = errors.New("redislock: invalid ttl")
 
 	// ErrInvalidOption is returned when an Option given to New or to a call
-	// has an invalid value (a nil Option, a negative wait, a backoff whose
-	// bounds are out of order, ...). The error text names the option. When
+	// has an invalid value (a negative wait, a backoff whose bounds are out
+	// of order, ...), or is given where it does not apply (a Locker's option
+	// given to a call, WithTTL given to Obtain, two modes). The error text names the option. When
 	// the option was given to New, every call on that Locker returns it.
 	// Nothing is sent to Redis.
 	ErrInvalidOption = errors.New("redislock: invalid option")

@@ -68,7 +68,7 @@ func SetFenced(ctx context.Context, client redis.UniversalClient, key, value str
 	case isNil(client):
 		return ErrNilClient
 	case key == "":
-		return ErrInvalidKey
+		return fmt.Errorf("%w: must be a non-empty string", ErrInvalidKey)
 	case fence < 1 || fence > maxFence:
 		return fmt.Errorf("%w: fence %d: obtain the lock WithFencing and pass Lock.Fence()", ErrInvalidOption, fence)
 	}

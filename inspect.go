@@ -65,8 +65,8 @@ func (l *Locker) Inspect(ctx context.Context, key string) (Info, error) {
 	if err := l.opts.err; err != nil {
 		return Info{}, err
 	}
-	if key == "" {
-		return Info{}, ErrInvalidKey
+	if err := checkKey(key); err != nil {
+		return Info{}, err
 	}
 	info, err := call(ctx, l, func(ctx context.Context) (Info, error) {
 		return l.masters.inspect(ctx, key)

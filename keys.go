@@ -3,6 +3,7 @@ package redislock
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,19 @@ import (
 // at once on anything else; it never changes it. See the CHANGELOG for
 // which releases share a layout.
 const layout = "rl1"
+
+// checkKey returns ErrInvalidKey for a lock key that is empty or could be
+// the name of a key the library keeps beside another lock ("...}:rl1:...",
+// in any namespace): a lock there would take that key over.
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: must be a non-empty string", ErrInvalidKey)
+	case strings.Contains(key, "}:"+layout+":"):
+		return fmt.Errorf("%w: %q: keys with \"}:%s:\" in them are the library's own", ErrInvalidKey, cut(key), layout)
+	}
+	return nil
+}
 
 // tokenPrefix starts every token (the value of an exclusive lock's key, a
 // holder in a sorted set of holders): a key that holds a string with

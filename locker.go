@@ -247,8 +247,8 @@ func (l *Locker) check(key string, ttl time.Duration, o *options) error {
 	switch {
 	case o.err != nil:
 		return o.err
-	case key == "":
-		return ErrInvalidKey
+	case checkKey(key) != nil:
+		return checkKey(key)
 	case ttl < time.Millisecond:
 		return fmt.Errorf("%w: must be at least 1ms (got %v)", ErrInvalidTTL, ttl)
 	}

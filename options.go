@@ -199,8 +199,9 @@ func WithSafetyMargin(d time.Duration) Option {
 // prefix: the lock on key is the Redis key prefix+key, the keys kept beside
 // it start with prefix (then a hash tag: see docs/how-it-works.md), and so
 // do the channels hand-offs are announced on. A Redis ACL user limited to
-// prefix (~prefix* and &prefix*, with the commands of @scripting, @pubsub
-// and WAIT) can then use it. Lock.Key and errors name the key without the
+// prefix (~prefix* and &prefix*) can then use it with the commands of
+// @scripting, @read, @write and @pubsub, and TIME and WAIT (its scripts'
+// commands are checked against the user's ACL too). Lock.Key and errors name the key without the
 // prefix. Lockers (processes) that share locks must use the same namespace.
 // It applies to a Locker (New, NewQuorum), not to single calls. prefix
 // must be printable UTF-8 of at most 200 bytes, with no spaces.

@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -142,8 +143,21 @@ type scriptCall struct {
 
 // run runs s on c: with EVALSHA, and once more with EVAL (which loads the
 // script) when Redis answers NOSCRIPT. It also returns how often go-redis
-// wrote the command that ran to a connection (see counted).
+// wrote the command that ran to a connection (see counted). The scripts
+// check the type of the lock key before they touch it, so a WRONGTYPE
+// error comes from a key the library keeps beside it (see keyspace), which
+// holds data it did not write there: it is reported as ErrWrongKind.
 func (s scriptCall) run(ctx context.Context, c redis.Scripter) (*redis.Cmd, sends) {
+	cmd, n := s.exec(ctx, c)
+	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") {
+		cmd.SetErr(refusal{fmt.Errorf("%w: a key that the library keeps beside the lock (named {...}:%s:...: see docs/how-it-works.md) holds data it did not write", ErrWrongKind, layout)})
+	}
+	return cmd, n
+}
+
+// exec is run without its reading of WRONGTYPE: for scripts on a user's
+// key (SetFenced's).
+func (s scriptCall) exec(ctx context.Context, c redis.Scripter) (*redis.Cmd, sends) {
 	cmd := s.script.EvalSha(ctx, c, s.keys, s.args...)
 	n := s.sends()
 	if isNoScript(cmd.Err()) {

@@ -48,8 +48,12 @@ type held struct {
 
 // Context returns a context, derived from parent, that carries lk: with it,
 // an Obtain, TryObtain or WithLock of lk's key on lk's Locker joins lk
-// instead of waiting for it (see docs/lock-family.md).
+// instead of waiting for it (see docs/lock-family.md). A nil or zero Lock
+// returns parent: it carries nothing.
 func (lk *Lock) Context(parent context.Context) context.Context {
+	if lk == nil || lk.locker == nil {
+		return parent
+	}
 	next, _ := parent.Value(heldKey{}).(*held)
 	return context.WithValue(parent, heldKey{}, &held{lk: lk.acquisition(), next: next})
 }

@@ -192,7 +192,7 @@ local function holders()
 		end
 	end
 	local other = mark and string.match(mark, "^rl(%d+):")
-	if other then
+	if other and other ~= "1" then -- (an unknown mark of layout 1 is not ours)
 		return nil, "layout" .. other
 	elseif t == "string" then
 		return "?"
@@ -200,17 +200,16 @@ local function holders()
 	return nil, t
 end
 
--- makes the holders K (a sorted set) expire with their last lease, and
--- their descriptions with them; K goes when nobody holds it any more
+-- makes the holders K (a sorted set) expire with their last lease; K goes
+-- when nobody holds it any more (each holder's description goes with it:
+-- see drop and prune; the holders key itself is never deleted as a whole,
+-- nor given an expiry shorter than its descriptions')
 local function setExpiry()
 	local last = redis.call("ZRANGE", K, -1, -1, "WITHSCORES")
 	if last[2] and tonumber(last[2]) > 0 then
 		redis.call("PEXPIREAT", K, last[2])
-		if redis.call("EXISTS", HOLDERS) == 1 then
-			redis.call("PEXPIREAT", HOLDERS, last[2])
-		end
 	else
-		redis.call("DEL", K, HOLDERS)
+		redis.call("DEL", K)
 	end
 end
 
@@ -258,7 +257,6 @@ end
 local function take(token, mode, ms, desc)
 	if mode == "x" then
 		redis.call("SET", K, token, "PX", ms)
-		redis.call("DEL", HOLDERS) -- entries of holders whose lease ran out
 	else
 		if redis.call("EXISTS", K) == 0 then
 			local member = SHARED
@@ -287,7 +285,7 @@ local function extend(token, mode, ms)
 		redis.call("ZADD", K, "GT", now + ms, token)
 		lengthen(K, ms)
 	end
-	if redis.call("HEXISTS", HOLDERS, token) == 1 then
+	if redis.pcall("HEXISTS", HOLDERS, token) == 1 then
 		lengthen(HOLDERS, ms)
 	end
 end
@@ -1019,7 +1017,7 @@ return {1, seen}`)
 // runFencedSet runs fencedSetScript: ok reports whether the value was
 // written; seen is the resource's fence before the call.
 func runFencedSet(ctx context.Context, c redis.Scripter, key, value string, fence int64) (ok bool, seen int64, err error) {
-	cmd, _ := scriptCall{fencedSetScript, []string{key}, []any{value, fence}}.run(ctx, c)
+	cmd, _ := scriptCall{fencedSetScript, []string{key}, []any{value, fence}}.exec(ctx, c)
 	res, err := cmd.Int64Slice()
 	if err != nil {
 		return false, 0, err

@@ -50,6 +50,10 @@ func TestBadInputTable(t *testing.T) {
 			{"TryObtain empty key", try(good, "", time.Second), redislock.ErrInvalidKey},
 			{"WithLock empty key", withLock(good, "", fn), redislock.ErrInvalidKey},
 			{"Obtain empty key WithFencing", obtain(good, "", time.Second, redislock.WithFencing()), redislock.ErrInvalidKey},
+			// the name of a key the library keeps beside the lock on "k"
+			{"Obtain a side key's name", obtain(good, "{k}:rl1:holders:k", time.Second), redislock.ErrInvalidKey},
+			{"TryObtain a fence counter's name", try(good, "{x}:rl1:fence", time.Second), redislock.ErrInvalidKey},
+			{"WithLock a side key's name in a namespace", withLock(good, "app:{k}:rl1:line:k", fn), redislock.ErrInvalidKey},
 			// ttls
 			{"Obtain zero ttl", obtain(good, "k", 0), redislock.ErrInvalidTTL},
 			{"Obtain negative ttl", obtain(good, "k", -time.Second), redislock.ErrInvalidTTL},
@@ -178,4 +182,12 @@ func typedNilChild(call string) {
 		result = "ErrNilClient"
 	}
 	fmt.Println("TYPED-NIL-RESULT: " + result)
+}
+
+// Context on a nil or zero Lock returns its parent: such a Lock carries
+// nothing, and nothing panics.
+func TestBadInput_NilLockContext(t *testing.T) {
+	ctx := context.Background()
+	assert.Equal(t, ctx, (*redislock.Lock)(nil).Context(ctx))
+	assert.Equal(t, ctx, (&redislock.Lock{}).Context(ctx))
 }

@@ -129,3 +129,63 @@ func TestKeys_Slot(t *testing.T) {
 	assert.Equal(t, slot(hashPart("{}x}")), slot(hashPart(sideKey("{}x}", "line"))), "a side key is in its lock key's slot")
 	assert.Equal(t, slot(hashPart("{user:1}:cart")), slot(hashPart(fenceKey("{user:1}:cart"))), "the fence counter is in its lock key's slot")
 }
+
+// The names of the side keys are the library's: a lock key that is one
+// ("...}:rl1:...") is ErrInvalidKey (TestBadInputTable), and data a user
+// puts under such a name may be changed. Still, nothing there is deleted
+// as a whole: a string or a hash at the holders or gens name stays as it
+// was through a fenced Obtain, a hand-off to a waiter and a reader's
+// Obtain (none of them described); a hash at the line name makes an Obtain
+// fail at once with ErrWrongKind, without script internals in the error,
+// and stays as it was.
+func TestKeys_UserDataAtSideKeyNames(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 60*time.Second)
+	rdb, _ := b.client(t)
+	a, c := redislock.New(rdb), redislock.New(rdb)
+	for _, kind := range []string{"holders", "gens"} {
+		for _, hash := range []bool{false, true} {
+			require.NoError(t, rdb.FlushAll(ctx).Err())
+			name := sideKey("k", kind)
+			if hash {
+				require.NoError(t, rdb.HSet(ctx, name, "field", "user data").Err())
+			} else {
+				require.NoError(t, rdb.Set(ctx, name, "user data", 0).Err())
+			}
+			before := rdb.Dump(ctx, name).Val()
+
+			lk, err := c.Obtain(ctx, "k", time.Minute, redislock.WithFencing())
+			require.NoError(t, err)
+			w := obtainAsync(ctx, a, "k", time.Minute)
+			waitQueued(t, rdb, "k", 1)
+			require.NoError(t, lk.Release(ctx))
+			o := <-w
+			require.NoError(t, o.err)
+			require.NoError(t, o.lock.Release(ctx))
+			lk, err = c.Obtain(ctx, "k", time.Minute, redislock.WithShared())
+			require.NoError(t, err)
+			require.NoError(t, lk.Release(ctx))
+
+			assert.Equal(t, before, rdb.Dump(ctx, name).Val(), "%s (hash %v) changed", name, hash)
+			assert.Equal(t, time.Duration(-1), rdb.PTTL(ctx, name).Val(), "%s (hash %v) got an expiry", name, hash)
+		}
+	}
+	for _, kind := range []string{"line"} {
+		require.NoError(t, rdb.FlushAll(ctx).Err())
+		name := sideKey("k", kind)
+		require.NoError(t, rdb.HSet(ctx, name, "field", "user data").Err())
+		lk, err := c.Obtain(ctx, "k", time.Minute, redislock.WithFencing())
+		if err == nil { // the key was free: a waiter must use the line
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err = a.Obtain(wctx, "k", time.Minute)
+			cancel()
+			require.NoError(t, lk.Release(ctx))
+		}
+		require.ErrorIs(t, err, redislock.ErrWrongKind, kind)
+		assert.NotContains(t, err.Error(), "script", kind)
+		assert.Equal(t, map[string]string{"field": "user data"}, rdb.HGetAll(ctx, name).Val(), kind)
+		assert.Equal(t, time.Duration(-1), rdb.PTTL(ctx, name).Val(), kind)
+	}
+	require.NoError(t, a.Shutdown(ctx))
+	require.NoError(t, c.Shutdown(ctx))
+}

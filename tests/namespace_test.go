@@ -14,7 +14,8 @@ import (
 )
 
 // A Redis ACL user limited to the keys and channels of a prefix (~app:*
-// and &app:*) cannot use a Locker without a namespace (its side keys are
+// and &app:*), with the commands WithNamespace's doc lists and no others,
+// cannot use a Locker without a namespace (its side keys are
 // outside the prefix: NOPERM), and can use every feature of a Locker made
 // WithNamespace("app:"): plain locks, waiting (hand-offs announced on a
 // channel of the prefix), fencing, kept leases, readers, permits and
@@ -24,7 +25,8 @@ func TestNamespace_ACLUserLimitedToAPrefix(t *testing.T) {
 	b := realBackend(t)
 	ctx := ctxT(t, 20*time.Second)
 	admin, _ := b.client(t)
-	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "app", "on", ">secret", "resetkeys", "~app:*", "resetchannels", "&app:*", "+@all").Err())
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "app", "on", ">secret", "resetkeys", "~app:*", "resetchannels", "&app:*",
+		"-@all", "+@scripting", "+@read", "+@write", "+@pubsub", "+time", "+wait").Err())
 	user := func() *redis.Client {
 		c, _ := b.client(t, func(o *redis.Options) { o.Username, o.Password = "app", "secret" })
 		return c
