@@ -28,7 +28,7 @@ func checkKey(key string) error {
 	case key == "":
 		return fmt.Errorf("%w: must be a non-empty string", ErrInvalidKey)
 	case strings.Contains(key, "}:"+layout+":"):
-		return fmt.Errorf("%w: %q: keys with \"}:%s:\" in them are the library's own", ErrInvalidKey, cut(key), layout)
+		return fmt.Errorf("%w: %s: keys with \"}:%s:\" in them are the library's own", ErrInvalidKey, quoteKey(key), layout)
 	}
 	return nil
 }
