@@ -570,9 +570,21 @@ func (r renewReply) event() Outcome {
 
 // renewAll is deployment.renew: it runs renewScript (holderRefreshScript)
 // for each of calls in one pipeline, acknowledged by replicas as r asks.
+//
+// With replicas on a Cluster whose slot moved (a failover), the renewals the
+// old master answered MOVED ran nowhere (go-redis does not follow MOVED for
+// one master's client): they are sent once more, when the slot map names
+// the new master (see Locker.acked).
 func (l *Locker) renewAll(ctx context.Context, calls []refreshArgs, r replicas) []renewReply {
+	return l.renewOn(ctx, calls, r, r.n > 0)
+}
+
+// renewOn is renewAll, which sends the renewals answered MOVED again when
+// reroute is true.
+func (l *Locker) renewOn(ctx context.Context, calls []refreshArgs, r replicas, reroute bool) []renewReply {
 	replies := make([]renewReply, len(calls))
-	c, err := l.writer(ctx, l.keys.lock(calls[0].key), r)
+	rkey := l.keys.lock(calls[0].key)
+	c, err := l.writer(ctx, rkey, r)
 	if err != nil {
 		for i := range replies {
 			replies[i] = renewReply{code: -1, err: failed("renew", calls[i].key, err)}
@@ -585,8 +597,20 @@ func (l *Locker) renewAll(ctx context.Context, calls []refreshArgs, r replicas) 
 	}
 	cmds, _, acked, err := runPipeline(ctx, c, run, r)
 	l.noteErr(err)
+	var again []refreshArgs
+	var at []int
 	for i, cmd := range cmds {
+		if reroute && moved(cmd.Err()) {
+			again, at = append(again, calls[i]), append(at, i)
+			continue
+		}
 		replies[i] = renewReplyOf(cmd, calls[i].key, r, acked)
+	}
+	if len(again) > 0 {
+		l.rerouted(ctx, rkey, c)
+		for j, reply := range l.renewOn(ctx, again, r, false) {
+			replies[at[j]] = reply
+		}
 	}
 	return replies
 }

@@ -286,3 +286,34 @@ func TestReplicas_LostLockIsFreeWithinALease(t *testing.T) {
 	assert.Less(t, c.at.Sub(killed), ttl+time.Second, "the key outlived its last acknowledged lease")
 	require.NoError(t, c.lock.Release(ctx))
 }
+
+// On a Cluster, a WithReplicas lock's writes go to its master's own client,
+// which does not follow MOVED: after a failover of the lock's shard, whose
+// slot map the client still has from before, a Refresh and the renewals
+// of a kept lock reach the new master (the old one answers MOVED: the
+// renewal ran nowhere and is sent again there), are acknowledged by its
+// replica, and set the lease; the caller never sees the MOVED.
+func TestReplicas_RenewalFollowsClusterFailover(t *testing.T) {
+	waitsInParallel(t)
+	cluster := redistest.StartCluster(t)
+	ctx := ctxT(t, 60*time.Second)
+	const ttl = 20 * time.Second
+	const key = "{replicas-failover}:k"
+	locker := redislock.New(cluster.Client(t), redislock.WithReplicas(1, time.Second))
+	lk, err := locker.Obtain(ctx, key, ttl)
+	require.NoError(t, err)
+	kept, err := locker.Obtain(ctx, key+"-kept", 3*time.Second)
+	require.NoError(t, err)
+	kctx := kept.KeepAlive(ctx)
+
+	newMaster := cluster.Failover(t, cluster.MasterFor(t, key))
+	require.NoError(t, lk.Refresh(ctx, 2*ttl), "a Refresh right after the failover")
+	direct := newMaster.Client(t)
+	assert.Greater(t, direct.PTTL(ctx, key).Val(), ttl, "the new master has the new lease")
+
+	time.Sleep(3 * time.Second) // the kept lock renewed on the new master
+	require.NoError(t, kctx.Err(), "cause %v", context.Cause(kctx))
+	assert.Equal(t, kept.Token(), direct.Get(ctx, key+"-kept").Val())
+	require.NoError(t, kept.Release(ctx))
+	require.NoError(t, lk.Release(ctx))
+}
