@@ -60,7 +60,7 @@ var configs = []config{
 	{"ours-ctx-timeout", "redislock, default options, on a client with ContextTimeoutEnabled", func(rdb *redis.Client) impl {
 		return &oursImpl{n: "ours-ctx-timeout", l: ours.New(rdb)}
 	}, true},
-	{"ours-no-cancel", "redislock, default options, called with a ctx that cannot end (context.WithoutCancel) and WithWait(ctx's time left): no goroutine per call, Redis calls bounded by go-redis's timeouts as the peers' are", func(rdb *redis.Client) impl {
+	{"ours-no-cancel", "redislock, default options, called with a ctx that cannot end (context.WithoutCancel): waits until it gets the key; no goroutine per call, Redis calls bounded by go-redis's timeouts as the peers' are", func(rdb *redis.Client) impl {
 		return &oursImpl{n: "ours-no-cancel", l: ours.New(rdb), noCancel: true}
 	}, false},
 
@@ -99,9 +99,9 @@ func findConfig(name string) (config, error) {
 type oursImpl struct {
 	n string
 	l *ours.Locker
-	// noCancel calls with a ctx that cannot end, the wait bounded by
-	// WithWait instead: the library then runs its Redis calls on the
-	// caller's goroutine (see ours.New).
+	// noCancel calls with a ctx that cannot end (no bound on the wait):
+	// the library then runs its Redis calls on the caller's goroutine
+	// (see ours.New).
 	noCancel bool
 }
 
@@ -118,13 +118,10 @@ func (o *oursImpl) lock(ctx context.Context, key string) (func(context.Context) 
 	return lk.Release, nil
 }
 
-// lockNoCancel waits for the key as long as ctx would have let it.
+// lockNoCancel waits for the key until it gets it, with a ctx that cannot
+// end.
 func (o *oursImpl) lockNoCancel(ctx context.Context, key string) (func(context.Context) error, error) {
-	var opts []ours.Option
-	if dl, ok := ctx.Deadline(); ok {
-		opts = append(opts, ours.WithWait(max(time.Until(dl), time.Millisecond)))
-	}
-	lk, err := o.l.Obtain(context.WithoutCancel(ctx), key, leaseTTL, opts...)
+	lk, err := o.l.Obtain(context.WithoutCancel(ctx), key, leaseTTL)
 	if err != nil {
 		return nil, err
 	}

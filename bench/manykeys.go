@@ -38,7 +38,7 @@ var mkImpls = []mkImpl{
 	{"ours", "redislock: Locker.Obtain (default options: waits for a held key until ctx's deadline), Lock.Release", func(rdb redis.UniversalClient) impl {
 		return &oursImpl{n: "ours", l: ours.New(rdb)}
 	}},
-	{"ours-no-cancel", "redislock: as ours, with a ctx that cannot end (context.WithoutCancel) and WithWait(the time ctx had left): no goroutine per call", func(rdb redis.UniversalClient) impl {
+	{"ours-no-cancel", "redislock: as ours, with a ctx that cannot end (context.WithoutCancel): waits for a held key until it gets it; no goroutine per call", func(rdb redis.UniversalClient) impl {
 		return &oursImpl{n: "ours-no-cancel", l: ours.New(rdb), noCancel: true}
 	}},
 	{"bsm", "bsm/redislock: Obtain with NoRetry (fails at once on a held key), Lock.Release", func(rdb redis.UniversalClient) impl {
