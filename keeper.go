@@ -607,6 +607,7 @@ func (l *Locker) renewOn(ctx context.Context, calls []refreshArgs, r replicas, r
 		replies[i] = renewReplyOf(cmd, calls[i].key, r, acked)
 	}
 	if len(again) > 0 {
+		l.noteErr(cmds[at[0]].Err()) // err may be another command's
 		l.rerouted(ctx, rkey, c)
 		for j, reply := range l.renewOn(ctx, again, r, false) {
 			replies[at[j]] = reply
