@@ -491,7 +491,7 @@ func (l *Locker) nodeOf(key string) string {
 // otherwise go unseen for up to 10 s. (ReloadState only marks the map for a
 // reload in the background.)
 func (l *Locker) noteErr(err error) {
-	if err == nil || (refused(err) && !moved(err)) || isCtxErr(err) {
+	if err == nil || (refused(err) && !redirected(err)) || isCtxErr(err) {
 		return
 	}
 	l.failure.Store(&failure{err: err, at: time.Now()})
@@ -522,11 +522,19 @@ func (l *Locker) lastFailure(noAnswer error) error {
 // recentFailure is how recent a failure lastFailure reports is.
 const recentFailure = 10 * time.Second
 
-// moved reports whether err is a Cluster's redirection (MOVED, ASK): a
-// node that serves the key's slot no more. go-redis follows it by itself,
-// but not for a command sent to one node's client (see Locker.writer).
+// redirected reports whether err is a Cluster's redirection (MOVED, ASK):
+// the node does not serve the key now. go-redis follows it by itself, but
+// not for a command sent to one node's client (see Locker.writer).
+func redirected(err error) bool {
+	return moved(err) || redis.HasErrorPrefix(err, "ASK")
+}
+
+// moved reports whether err is MOVED: the key's slot has another master
+// (a failover), which the slot map will name once reloaded. (ASK, a slot
+// being migrated, changes no map until the migration ends: a write
+// WithReplicas then fails; see docs/fault-tolerance.md.)
 func moved(err error) bool {
-	return redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
+	return redis.HasErrorPrefix(err, "MOVED")
 }
 
 // isCtxErr reports whether err is a context's end.

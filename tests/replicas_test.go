@@ -317,3 +317,64 @@ func TestReplicas_RenewalFollowsClusterFailover(t *testing.T) {
 	require.NoError(t, kept.Release(ctx))
 	require.NoError(t, lk.Release(ctx))
 }
+
+// WithReplicas on a Cluster while a lock key's slot migrates to another
+// master (resharding): the old master answers ASK, which changes no slot
+// map until the migration ends, so a write WithReplicas (sent to the
+// master's own client, which follows no redirection) fails at once with
+// the ASK in its error, changing nothing: a Refresh, a TryObtain. An
+// Obtain that may wait retries until the migration ends, then takes the
+// key; once the slot is the new master's, Refresh and Release of the lock
+// obtained before work there, and nothing is left.
+func TestReplicas_SlotMigration(t *testing.T) {
+	waitsInParallel(t)
+	cluster := redistest.StartCluster(t)
+	ctx := ctxT(t, 60*time.Second)
+	const key, other = "{replicas-migrate}:k", "{replicas-migrate}:other"
+	src := cluster.MasterFor(t, key)
+	var dst *redistest.Server
+	for _, m := range cluster.Masters(t) {
+		if m.Addr() != src.Addr() {
+			dst = m
+			break
+		}
+	}
+	rdb := cluster.Client(t)
+	locker := redislock.New(rdb, redislock.WithReplicas(1, time.Second))
+	lk, err := locker.Obtain(ctx, key, 20*time.Second)
+	require.NoError(t, err)
+
+	// Migrate the slot as redis-cli --cluster reshard does.
+	slot := src.Do(t, "CLUSTER", "KEYSLOT", key).(int64)
+	srcID, dstID := src.Do(t, "CLUSTER", "MYID").(string), dst.Do(t, "CLUSTER", "MYID").(string)
+	dst.Do(t, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID)
+	src.Do(t, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID)
+	host, port, _ := strings.Cut(dst.Addr(), ":")
+	args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+	for _, k := range src.Do(t, "CLUSTER", "GETKEYSINSLOT", slot, 100).([]any) {
+		args = append(args, k)
+	}
+	require.Greater(t, len(args), 7, "the lock's keys are in the slot")
+	src.Do(t, args...)
+
+	start := time.Now()
+	err = lk.Refresh(ctx, 20*time.Second)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "ASK")
+	_, err = locker.TryObtain(ctx, other, 5*time.Second)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "ASK")
+	assert.Less(t, time.Since(start), 500*time.Millisecond, "the failures do not wait for a slot map that does not change")
+
+	waiter := obtainAsync(ctx, locker, other, 5*time.Second, redislock.WithWait(10*time.Second))
+	time.Sleep(300 * time.Millisecond)
+	for _, m := range cluster.Masters(t) {
+		m.Do(t, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+	}
+	w := <-waiter
+	require.NoError(t, w.err, "the waiting Obtain once the migration ended")
+	require.NoError(t, lk.Refresh(ctx, 20*time.Second), "Refresh on the new master")
+	require.NoError(t, lk.Release(ctx))
+	require.NoError(t, w.lock.Release(ctx))
+	assert.Zero(t, dst.Client(t).Exists(ctx, key, other).Val(), "nothing left of the locks")
+}
