@@ -7,19 +7,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seed5e0b76d9/redislock/internal/redistest"
 )
 
 // The tests run the built binary as real processes against a real
@@ -58,7 +57,7 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "build redislock:", err)
 		return 1
 	}
-	stop, err := startRedis(dir)
+	stop, err := startRedis()
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			fmt.Fprintln(os.Stderr, "redis-server:", err)
@@ -69,7 +68,7 @@ func testMain(m *testing.M) int {
 	code := m.Run()
 	stop()
 	if code == 0 {
-		if leaked := leakedGoroutines(); leaked != "" {
+		if leaked := redistest.LeakedGoroutines(); leaked != "" {
 			fmt.Fprintf(os.Stderr, "goroutines left after the tests:\n\n%s\n", leaked)
 			code = 1
 		}
@@ -77,82 +76,15 @@ func testMain(m *testing.M) int {
 	return code
 }
 
-// leakedGoroutines returns the stacks of the goroutines other than its
-// caller's and the runtime's signal handling that are still there after
-// up to 5 s, or "".
-func leakedGoroutines() string {
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		buf := make([]byte, 1<<20)
-		stacks := strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n")
-		var others []string
-		for _, g := range stacks[1:] { // the first is the caller's
-			if !strings.Contains(g, "os/signal.signal_recv") && !strings.Contains(g, "runtime.ensureSigM") {
-				others = append(others, g)
-			}
-		}
-		if len(others) == 0 || time.Now().After(deadline) {
-			return strings.Join(others, "\n\n")
-		}
-	}
-}
-
-// startRedis starts redis-server ($REDIS_SERVER_BIN if set, as for
-// internal/redistest) on a free loopback port, without persistence, and
-// waits until it answers PING. stop kills it.
-func startRedis(dir string) (stop func(), err error) {
-	stop = func() {}
-	name := os.Getenv("REDIS_SERVER_BIN")
-	if name == "" {
-		name = "redis-server"
-	}
-	bin, err := exec.LookPath(name)
+// startRedis starts a redis-server on a free loopback port, without
+// persistence (see redistest.Launch). stop kills it.
+func startRedis() (stop func(), err error) {
+	srv, err := redistest.Launch()
 	if err != nil {
-		return stop, err
+		return func() {}, err
 	}
-	for range 5 { // another process may take the free port first
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return stop, err
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
-		if err := cmd.Start(); err != nil {
-			return stop, err
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		stop = func() { _ = cmd.Process.Kill(); <-exited }
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		if pingable(addr, exited) {
-			redisAddr = addr
-			return stop, nil
-		}
-		stop()
-	}
-	return func() {}, errors.New("did not answer PING")
-}
-
-// pingable waits up to 5 s for redis at addr to answer PING, unless it
-// exits.
-func pingable(addr string, exited <-chan struct{}) bool {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer c.Close()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-		select {
-		case <-exited:
-			return false
-		case <-time.After(20 * time.Millisecond):
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return true
-		}
-	}
-	return false
+	redisAddr = srv.Addr()
+	return srv.Close, nil
 }
 
 // needRedis skips t when there is no redis-server (TestMain fails the run
