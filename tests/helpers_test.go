@@ -407,6 +407,19 @@ func leaseGap(t *testing.T, rdb *redis.Client, lk *redislock.Lock) (local, redis
 	return local, pttl
 }
 
+// requireUntilAfterDelayedCopy waits until the copy that lc delayed has run
+// in Redis, then requires that lk's Until is not later than the key's
+// expiry (5 ms for reading the two clocks), and waits for lc's goroutines.
+func requireUntilAfterDelayedCopy(t *testing.T, lc *lagConns, checker *redis.Client, lk *redislock.Lock) {
+	t.Helper()
+	ranAt := <-lc.ran
+	time.Sleep(50 * time.Millisecond)
+	local, left := leaseGap(t, checker, lk)
+	t.Logf("delayed copy ran %v ago; Until-now=%v, PTTL=%v", time.Since(ranAt), local, left)
+	require.LessOrEqual(t, local, left+5*time.Millisecond, "Until is later than the key's expiry")
+	lc.wg.Wait()
+}
+
 // slowConns delays every write by lag, honouring the write deadline (a
 // slow link: 30 ms one way).
 type slowConns struct{ lag time.Duration }
