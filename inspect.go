@@ -56,8 +56,11 @@ type Holder struct {
 // Redis does not have the script yet, after a restart or SCRIPT FLUSH: it
 // is sent once more in full). It changes nothing. A key that holds data
 // this library did not write is reported as ModeForeign (a string) or
-// ModeOther. On a quorum Locker it reports what the fastest majority of
-// the masters answered. An empty key returns ErrInvalidKey.
+// ModeOther. On a quorum Locker it reports the holders a majority of the
+// masters report, as soon as the replies decide them: at the fastest
+// majority when those agree; when they differ it waits for more replies,
+// and returns an error if ctx ends first. An empty key returns
+// ErrInvalidKey.
 func (l *Locker) Inspect(ctx context.Context, key string) (Info, error) {
 	if err := l.usable(); err != nil {
 		return Info{}, err

@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -438,7 +439,7 @@ func (q *quorum) fence(ctx context.Context, key string) (int64, error) {
 	maj := q.majority()
 	incr := gatherAll(ctx, q, func(ctx context.Context, n *Locker) (int64, error) {
 		return runFenceStep(ctx, n.client, n.keys, key, 0)
-	}, maj)
+	}, majorityOK[int64](q))
 	if len(incr.ok) < maj {
 		return 0, fmt.Errorf("issue the fence: %w", q.nodeErrors(incr.errs, incr.answered, ctx.Err()))
 	}
@@ -448,7 +449,7 @@ func (q *quorum) fence(ctx context.Context, key string) (int64, error) {
 	}
 	raise := gatherAll(ctx, q, func(ctx context.Context, n *Locker) (int64, error) {
 		return runFenceStep(ctx, n.client, n.keys, key, f)
-	}, maj)
+	}, majorityOK[int64](q))
 	if len(raise.ok) < maj {
 		return 0, fmt.Errorf("issue the fence: %w", q.nodeErrors(raise.errs, raise.answered, ctx.Err()))
 	}
@@ -474,10 +475,10 @@ type results[T any] struct {
 	answered int
 }
 
-// gatherAll runs f on every node and gathers the replies until enough of
-// them succeeded, every node replied, or ctx ends. Each call is bounded by
-// ctx.
-func gatherAll[T any](ctx context.Context, q *quorum, f func(ctx context.Context, n *Locker) (T, error), enough int) results[T] {
+// gatherAll runs f on every node and gathers the replies until decided
+// says they are enough, every node replied, or ctx ends. Each call is
+// bounded by ctx.
+func gatherAll[T any](ctx context.Context, q *quorum, f func(ctx context.Context, n *Locker) (T, error), decided func(results[T]) bool) results[T] {
 	ch := fanOut(ctx, q, func(ctx context.Context, n *Locker) (T, error) {
 		return bounded(ctx, n.direct, func(ctx context.Context) (T, error) { return f(ctx, n) }, nil)
 	})
@@ -490,9 +491,15 @@ func gatherAll[T any](ctx context.Context, q *quorum, f func(ctx context.Context
 		} else {
 			res.ok = append(res.ok, r.v)
 		}
-		return len(res.ok) >= enough
+		return decided(res)
 	})
 	return res
+}
+
+// majorityOK is gatherAll's decided for an operation that needs a majority
+// of successful replies.
+func majorityOK[T any](q *quorum) func(results[T]) bool {
+	return func(r results[T]) bool { return len(r.ok) >= q.majority() }
 }
 
 // renew renews each lease of calls on every node, in one pipeline per
@@ -656,31 +663,60 @@ func (q *quorum) release(ctx context.Context, lk *Lock) (released bool, _ int, e
 	return false, 0, err
 }
 
-// inspect is Locker.Inspect for a quorum Locker: the holders that the
-// fastest majority of the masters report, each with the lease a majority
-// of them still has; the highest fence any reports. Nobody waits in a line.
+// inspect is Locker.Inspect for a quorum Locker: the holders that a
+// majority of the masters report, each with the lease a majority of them
+// still has; the highest fence any reports. Nobody waits in a line.
+//
+// It returns as soon as the replies decide every holder: with a majority
+// answered, each token reported is held by a majority, or too few masters
+// are left to make one (a master whose call failed counts as one left). When the answers agree that is the fastest
+// majority; when they differ (a write still on its way to one of them, a
+// lock on a minority being given back) it waits for more, and ctx's end
+// before they decide is an error, not a guess.
 func (q *quorum) inspect(ctx context.Context, key string) (Info, error) {
+	maj, n := q.majority(), len(q.nodes)
+	decided := func(r results[Info]) bool {
+		if len(r.ok) < maj {
+			return false
+		}
+		for _, hs := range holdersByToken(r.ok) {
+			if len(hs) < maj && len(hs)+n-len(r.ok) >= maj { // a master that failed may hold it too
+				return false
+			}
+		}
+		return true
+	}
 	all := gatherAll(ctx, q, func(ctx context.Context, n *Locker) (Info, error) {
 		return runInspect(ctx, n.client, n.keys, key)
-	}, q.majority())
-	if len(all.ok) < q.majority() {
+	}, decided)
+	if len(all.ok) < maj {
 		return Info{}, q.nodeErrors(all.errs, all.answered, ctx.Err())
 	}
+	if !decided(all) {
+		return Info{}, fmt.Errorf("the masters that answered (%d of %d) disagree on who holds %q, and a majority is %d: %w",
+			len(all.ok), n, key, maj, errors.Join(append(all.errs, ctx.Err())...))
+	}
 	info := Info{Key: key}
-	leases, descs := map[string][]time.Duration{}, map[string]string{}
 	for _, i := range all.ok {
 		info.Fence = max(info.Fence, i.Fence)
-		for _, h := range i.Holders {
-			leases[h.Token] = append(leases[h.Token], h.TTL)
-			descs[h.Token] = h.Description
-		}
 	}
-	for token, ttls := range leases {
-		if len(ttls) >= q.majority() {
-			slices.Sort(ttls)
+	for _, hs := range holdersByToken(all.ok) {
+		if len(hs) >= maj {
+			slices.SortFunc(hs, func(a, b Holder) int { return cmp.Compare(a.TTL, b.TTL) })
 			info.Mode = ModeExclusive
-			info.Holders = append(info.Holders, Holder{Token: token, Description: descs[token], TTL: ttls[len(ttls)-q.majority()]})
+			info.Holders = append(info.Holders, hs[len(hs)-maj]) // the lease a majority still has
 		}
 	}
 	return info, nil
+}
+
+// holdersByToken groups the holders that infos report by token.
+func holdersByToken(infos []Info) map[string][]Holder {
+	byToken := map[string][]Holder{}
+	for _, i := range infos {
+		for _, h := range i.Holders {
+			byToken[h.Token] = append(byToken[h.Token], h)
+		}
+	}
+	return byToken
 }

@@ -788,6 +788,9 @@ func TestQuorum_InspectAtTheFastestMajority(t *testing.T) {
 	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)))
 	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
 	require.NoError(t, err)
+	for _, srv := range servers { // the straggler's attempt has run too: the masters agree
+		require.Eventually(t, func() bool { return srv.Client(t).Get(ctx, "k").Val() == lk.Token() }, time.Second, 5*time.Millisecond)
+	}
 	servers[2].Freeze(t)
 	start := time.Now()
 	info, err := locker.Inspect(ctx, "k")
@@ -801,6 +804,42 @@ func TestQuorum_InspectAtTheFastestMajority(t *testing.T) {
 	_, err = locker.Inspect(ctx, "k")
 	require.NoError(t, err)
 	assert.Less(t, time.Since(start), 250*time.Millisecond, "Inspect waited for the dead master")
+	require.NoError(t, lk.Release(ctx))
+	require.NoError(t, locker.Shutdown(ctx))
+}
+
+// When the fastest majority disagree on a holder (here: the lock is on
+// masters 0 and 2, and 2 is frozen), Inspect does not guess from them: it
+// waits for the master that decides, and returns the holder once it
+// answers; if ctx ends first it returns ctx's error, not "free".
+func TestQuorum_InspectWaitsWhenTheFastestMajorityDisagree(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers), func(o *redis.Options) { o.ReadTimeout = 5 * time.Second }))
+	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	for _, srv := range servers {
+		require.Eventually(t, func() bool { return srv.Client(t).Get(ctx, "k").Val() == lk.Token() }, time.Second, 5*time.Millisecond)
+	}
+	servers[1].Do(t, "DEL", "k") // as if master 1's copy had not arrived yet
+	servers[2].Freeze(t)
+
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	info, err := locker.Inspect(short, "k")
+	require.ErrorIs(t, err, context.DeadlineExceeded, "Inspect reported %+v", info)
+
+	thawed := make(chan time.Time, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		thawed <- time.Now()
+		servers[2].Thaw(t)
+	}()
+	info, err = locker.Inspect(ctx, "k")
+	require.NoError(t, err)
+	assert.False(t, time.Now().Before(<-thawed), "Inspect returned before the deciding master answered")
+	require.Len(t, info.Holders, 1, "masters 0 and 2 hold the lock")
+	assert.Equal(t, lk.Token(), info.Holders[0].Token)
 	require.NoError(t, lk.Release(ctx))
 	require.NoError(t, locker.Shutdown(ctx))
 }
