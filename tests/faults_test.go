@@ -266,7 +266,7 @@ func TestObtainGivingUpKeepsDeadline(t *testing.T) {
 			took, err := timed(deadline, func(ctx context.Context) error { return obtain(ctx, redislock.New(rdb)) })
 			done <- result{took, err}
 		}()
-		time.Sleep(deadline / 2)
+		time.Sleep(deadline / 4) // mid-wait, well before the last look (deadline - 200 ms)
 		b.srv.Freeze(t)
 		r := <-done
 		b.srv.Thaw(t)

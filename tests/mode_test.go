@@ -137,7 +137,7 @@ func TestShared_WriterNotStarved(t *testing.T) {
 		require.NoError(t, err)
 		waited := time.Since(start)
 		t.Logf("the writer waited %v", waited)
-		assert.Less(t, waited, 3*hold, "the writer was starved")
+		assert.Less(t, waited, 10*hold, "the writer was starved") // starved, it would wait as long as readers come
 		time.Sleep(10 * time.Millisecond)
 		require.NoError(t, w.Release(ctx))
 		time.Sleep(hold)
