@@ -58,9 +58,10 @@ type Holder struct {
 // this library did not write is reported as ModeForeign (a string) or
 // ModeOther. On a quorum Locker it reports the holders a majority of the
 // masters report, as soon as the replies decide them: at the fastest
-// majority when those agree; when they differ it waits for more replies,
-// and returns an error if ctx ends first. An empty key returns
-// ErrInvalidKey.
+// majority when those agree; when they differ it waits for more replies
+// (an error if ctx ends first), then reads the first ones again, so that a
+// holder it reports was on a majority at one moment, with the lease left
+// then. An empty key returns ErrInvalidKey.
 func (l *Locker) Inspect(ctx context.Context, key string) (Info, error) {
 	if err := l.usable(); err != nil {
 		return Info{}, err

@@ -667,56 +667,125 @@ func (q *quorum) release(ctx context.Context, lk *Lock) (released bool, _ int, e
 // majority of the masters report, each with the lease a majority of them
 // still has; the highest fence any reports. Nobody waits in a line.
 //
-// It returns as soon as the replies decide every holder: with a majority
-// answered, each token reported is held by a majority, or too few masters
-// are left to make one (a master whose call failed counts as one left). When the answers agree that is the fastest
-// majority; when they differ (a write still on its way to one of them, a
-// lock on a minority being given back) it waits for more, and ctx's end
-// before they decide is an error, not a guess.
+// It returns as soon as the replies decide every holder (see decidedBy).
+// When the answers agree that is the fastest majority. When they differ (a
+// write still on its way to one of them, a lock on a minority being given
+// back) it waits for more, and ctx's end before they decide is an error,
+// not a guess. Answers that came that far apart are not of one moment: a
+// token read early on one master and late on another may never have been
+// on both at once (a failing acquisition's, given back on the first before
+// it reached the second). So the masters that answered before the last
+// are read again: a token is on a master for one stretch of time (a spent
+// token takes nothing again), so one read there before the last answer and
+// one after it show it was there when the last answer was read; and the
+// leases are those of the new reads.
 func (q *quorum) inspect(ctx context.Context, key string) (Info, error) {
 	maj, n := q.majority(), len(q.nodes)
-	decided := func(r results[Info]) bool {
-		if len(r.ok) < maj {
-			return false
-		}
-		for _, hs := range holdersByToken(r.ok) {
-			if len(hs) < maj && len(hs)+n-len(r.ok) >= maj { // a master that failed may hold it too
-				return false
-			}
-		}
-		return true
+	read := func(ctx context.Context, node *Locker) (nodeInfo, error) {
+		info, err := runInspect(ctx, node.client, node.keys, key)
+		return nodeInfo{node, info}, err
 	}
-	all := gatherAll(ctx, q, func(ctx context.Context, n *Locker) (Info, error) {
-		return runInspect(ctx, n.client, n.keys, key)
-	}, decided)
+	waited := false
+	all := gatherAll(ctx, q, read, func(r results[nodeInfo]) bool {
+		decided := len(r.ok) >= maj && decidedBy(r.ok, n, maj)
+		waited = waited || len(r.ok) >= maj && !decided
+		return decided
+	})
 	if len(all.ok) < maj {
 		return Info{}, q.nodeErrors(all.errs, all.answered, ctx.Err())
 	}
-	if !decided(all) {
+	if !decidedBy(all.ok, n, maj) {
 		return Info{}, fmt.Errorf("the masters that answered (%d of %d) disagree on who holds %q, and a majority is %d: %w",
 			len(all.ok), n, key, maj, errors.Join(append(all.errs, ctx.Err())...))
 	}
-	info := Info{Key: key}
-	for _, i := range all.ok {
-		info.Fence = max(info.Fence, i.Fence)
+	answers := all.ok
+	if waited {
+		last := len(answers) - 1
+		again, err := readAgain(ctx, answers[:last], read)
+		if err != nil {
+			return Info{}, fmt.Errorf("the masters disagreed on who holds %q, and reading them again failed: %w", key, err)
+		}
+		answers = append(again, answers[last])
 	}
-	for _, hs := range holdersByToken(all.ok) {
+	return infoOf(key, answers, maj), nil
+}
+
+// A nodeInfo is one master's answer to Inspect.
+type nodeInfo struct {
+	node *Locker
+	Info
+}
+
+// decidedBy says whether answers, of as many masters of n, decide every
+// holder: each token they report (and data of another kind) is there on a
+// majority (maj), or too few masters are left to make one (a master whose
+// call failed counts as one left: it may hold it).
+func decidedBy(answers []nodeInfo, n, maj int) bool {
+	count, other := map[string]int{}, 0
+	for _, a := range answers {
+		for _, h := range a.Holders {
+			count[h.Token]++
+		}
+		if a.Mode == ModeOther {
+			other++
+		}
+	}
+	open := func(c int) bool { return c < maj && c+n-len(answers) >= maj }
+	for _, c := range count {
+		if open(c) {
+			return false
+		}
+	}
+	return !open(other)
+}
+
+// readAgain reads the masters of answers again, at once, and returns their
+// new answers, or the errors of those that failed.
+func readAgain(ctx context.Context, answers []nodeInfo, read func(context.Context, *Locker) (nodeInfo, error)) ([]nodeInfo, error) {
+	ch := make(chan reply[nodeInfo], len(answers))
+	for i, a := range answers {
+		go func() {
+			v, err := bounded(ctx, a.node.direct, func(ctx context.Context) (nodeInfo, error) { return read(ctx, a.node) }, nil)
+			ch <- reply[nodeInfo]{i, v, err}
+		}()
+	}
+	again := make([]nodeInfo, 0, len(answers))
+	var errs []error
+	for range answers {
+		if r := <-ch; r.err != nil {
+			errs = append(errs, r.err)
+		} else {
+			again = append(again, r.v)
+		}
+	}
+	return again, errors.Join(errs...)
+}
+
+// infoOf is what answers, one per master, say together of key: each token
+// a majority (maj) report, with the lease a majority of them still has;
+// the mode a majority report, when someone holds the key or it holds data
+// of another kind; the highest fence.
+func infoOf(key string, answers []nodeInfo, maj int) Info {
+	info := Info{Key: key}
+	held := map[string][]Holder{}
+	modes := map[Mode]int{}
+	for _, a := range answers {
+		info.Fence = max(info.Fence, a.Fence)
+		modes[a.Mode]++
+		for _, h := range a.Holders {
+			held[h.Token] = append(held[h.Token], h)
+		}
+	}
+	for _, hs := range held {
 		if len(hs) >= maj {
 			slices.SortFunc(hs, func(a, b Holder) int { return cmp.Compare(a.TTL, b.TTL) })
-			info.Mode = ModeExclusive
 			info.Holders = append(info.Holders, hs[len(hs)-maj]) // the lease a majority still has
 		}
 	}
-	return info, nil
-}
-
-// holdersByToken groups the holders that infos report by token.
-func holdersByToken(infos []Info) map[string][]Holder {
-	byToken := map[string][]Holder{}
-	for _, i := range infos {
-		for _, h := range i.Holders {
-			byToken[h.Token] = append(byToken[h.Token], h)
+	for m, c := range modes { // at most one mode has a majority
+		if c >= maj && (len(info.Holders) > 0 || m == ModeOther) {
+			info.Mode = m
 		}
 	}
-	return byToken
+	return info
 }

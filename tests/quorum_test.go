@@ -843,6 +843,103 @@ func TestQuorum_InspectWaitsWhenTheFastestMajorityDisagree(t *testing.T) {
 	require.NoError(t, locker.Shutdown(ctx))
 }
 
+// Answers that Inspect waited for are not of one moment, and it does not
+// add them up as if they were. A TryObtain fails (master 0 took the key,
+// master 2 holds another's string, master 1 is frozen) and gives the key
+// back on master 0; its attempt runs on master 1 at the thaw. An Inspect
+// sent while master 1 was frozen read the token on master 0 (before the
+// give-back) and then on master 1 (after the late attempt): never on two
+// masters at once. It reads master 0 again and reports no holder.
+func TestQuorum_InspectReportsNoHolderOfTwoMoments(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 30*time.Second)
+	clients := quorumClients(t, addrsOf(servers), func(o *redis.Options) { o.ReadTimeout, o.WriteTimeout = 5*time.Second, 5*time.Second })
+	locker := redislock.NewQuorum(clients)
+	warm, err := locker.Obtain(ctx, "warm", time.Minute) // loads the scripts
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+	_, err = locker.Inspect(ctx, "warm")
+	require.NoError(t, err)
+	var wg sync.WaitGroup // open connections, so that master 1 runs the commands below in the order sent
+	for _, c := range clients {
+		for range 4 {
+			wg.Add(1)
+			go func() { defer wg.Done(); c.BLPop(ctx, 50*time.Millisecond, "nothing") }()
+		}
+	}
+	wg.Wait()
+	servers[2].Do(t, "SET", "k", "foreign")
+	servers[1].Freeze(t)
+
+	done := make(chan redislock.Info, 1)
+	go func() {
+		time.Sleep(100 * time.Millisecond) // after the attempt, before its give-back
+		info, err := locker.Inspect(ctx, "k")
+		assert.NoError(t, err)
+		done <- info
+	}()
+	octx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	lk, err := locker.TryObtain(octx, "k", 10*time.Second)
+	require.Error(t, err, "%v", lk)
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, int64(0), servers[0].Do(t, "EXISTS", "k"), "given back on master 0")
+	servers[1].Thaw(t)
+	info := <-done
+	assert.Empty(t, info.Holders, "reported the failed TryObtain's token as the holder")
+	require.NoError(t, locker.Shutdown(ctx))
+}
+
+// When Inspect waited, the leases it reports are read after the wait, not
+// before: master 0 had 5 s left when Inspect began, master 2 (frozen 2 s)
+// 20 s; the lease reported is what master 0 has left at the end (~3 s).
+func TestQuorum_InspectLeaseAfterAWait(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 20*time.Second)
+	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers), func(o *redis.Options) { o.ReadTimeout = 5 * time.Second }))
+	lk, err := locker.Obtain(ctx, "k", 20*time.Second)
+	require.NoError(t, err)
+	for _, srv := range servers {
+		require.Eventually(t, func() bool { return srv.Do(t, "GET", "k") == lk.Token() }, time.Second, 5*time.Millisecond)
+	}
+	servers[1].Do(t, "DEL", "k")
+	servers[0].Do(t, "PEXPIRE", "k", 5000)
+	servers[2].Freeze(t)
+	go func() { time.Sleep(2 * time.Second); servers[2].Thaw(t) }()
+	info, err := locker.Inspect(ctx, "k")
+	require.NoError(t, err)
+	require.Len(t, info.Holders, 1)
+	require.Equal(t, lk.Token(), info.Holders[0].Token)
+	left := time.Duration(servers[0].Do(t, "PTTL", "k").(int64)) * time.Millisecond
+	assert.LessOrEqual(t, info.Holders[0].TTL, left+50*time.Millisecond, "reported a longer lease than a majority has")
+	require.NoError(t, lk.Release(ctx))
+	require.NoError(t, locker.Shutdown(ctx))
+}
+
+// Data the library did not write, on a majority of the masters, is
+// reported as on one Redis: a string as ModeForeign (its value the token, a
+// negative lease: no expiry), a list as ModeOther.
+func TestQuorum_InspectOthersData(t *testing.T) {
+	servers := startMasters(t, 3)
+	ctx := ctxT(t, 10*time.Second)
+	for _, srv := range servers[:2] {
+		srv.Do(t, "SET", "string", "someone-else")
+		srv.Do(t, "RPUSH", "list", "a")
+	}
+	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)))
+	info, err := locker.Inspect(ctx, "string")
+	require.NoError(t, err)
+	assert.Equal(t, redislock.ModeForeign, info.Mode)
+	require.Len(t, info.Holders, 1)
+	assert.Equal(t, "someone-else", info.Holders[0].Token)
+	assert.Negative(t, info.Holders[0].TTL)
+	info, err = locker.Inspect(ctx, "list")
+	require.NoError(t, err)
+	assert.Equal(t, redislock.ModeOther, info.Mode)
+	assert.Empty(t, info.Holders)
+	require.NoError(t, locker.Shutdown(ctx))
+}
+
 // Shutdown of a quorum Locker whose clean-up waits for a frozen master
 // returns when its ctx ends, with ctx's error; the clean-up goes on, and a
 // later Shutdown sees it through once the master answers.
