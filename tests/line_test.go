@@ -951,7 +951,7 @@ func TestLine_PassedWhileItsAttemptIsStuck(t *testing.T) {
 			require.NoError(t, r.err)
 			assert.GreaterOrEqual(t, r.lock.Until().Sub(r.at), ttl/2, "returned with less than half its ttl left")
 			other, _ := b.client(t)
-			got := competeUntil(t, other, "k", time.Until(r.lock.Until()))
+			got := competeUntil(t, other, "k", time.Until(r.lock.Until()), nil)
 			assert.True(t, got.IsZero() || !got.Before(r.lock.Until()), "another client got the key %v before the Until of the lock returned", r.lock.Until().Sub(got))
 			_ = r.lock.Release(ctx)
 		})

@@ -538,13 +538,9 @@ func TestLeaseClock_DelayedRenewalThenLongerRefresh(t *testing.T) {
 	<-renewedOK // the renewal was retried and succeeded; its first copy is still on the way
 	require.NoError(t, lk.Refresh(ctx, 5*time.Second))
 	other, _ := b.client(t)
-	got := competeUntil(t, other, "k", 2*time.Second)
+	got := competeUntil(t, other, "k", 2*time.Second, lctx)
 	local, left := leaseGap(t, checker, lk)
 	t.Logf("got=%v lost=%v live=%v Until-now=%v PTTL=%v", got.Format("15:04:05.000"), lostAt().Format("15:04:05.000"), lctx.Err() == nil, local, left)
-	if !got.IsZero() {
-		lost := lostAt()
-		require.False(t, lost.IsZero() || lost.After(got), "another client obtained the key at %v while the kept context was live (lost at %v)", got, lost)
-	}
 	_ = lk.Release(ctx)
 	lc.wg.Wait()
 }
@@ -598,12 +594,8 @@ func TestLeaseClock_DelayedRenewalDefaultOptions(t *testing.T) {
 	require.NoError(t, lctx.Err())
 	require.NoError(t, lk.Refresh(ctx, 10*time.Second))
 	other, _ := b.client(t)
-	got := competeUntil(t, other, "k", 3*time.Second)
+	got := competeUntil(t, other, "k", 3*time.Second, lctx)
 	t.Logf("got=%v lost=%v live=%v", got.Format("15:04:05.000"), lostAt().Format("15:04:05.000"), lctx.Err() == nil)
-	if !got.IsZero() {
-		lost := lostAt()
-		require.False(t, lost.IsZero() || lost.After(got), "another client obtained the key while the kept context was live")
-	}
 	_ = lk.Release(ctx)
 	lc.wg.Wait()
 }

@@ -68,7 +68,7 @@ func TestReplicas_FailoverDropsUnreplicatedLock(t *testing.T) {
 		lost := watchLoss(lctx)
 		killPrimary(t, s, p)
 		other := s.Client(t)
-		won := competeUntil(t, other, "k", 8*time.Second)
+		won := competeUntil(t, other, "k", 8*time.Second, nil)
 		require.False(t, won.IsZero(), "the lock was lost with the primary: another client took it")
 		select {
 		case l := <-lost:
