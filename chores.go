@@ -75,8 +75,9 @@ func (c *chores) wait(ctx context.Context) error {
 // last Release, with a deadline: each piece of clean-up goes on until Redis
 // answers or go-redis gives up on it, which with a master that does not
 // answer takes as long as go-redis may take with a command and its
-// retries, and a second (at least 5 s; 15 s with go-redis's default
-// options). The Locker stays usable; leases kept alive are not touched.
+// retries, and a second (at least 5 s; 15 s with go-redis v9.0's default
+// options, more with later releases' longer default timeouts). The Locker
+// stays usable; leases kept alive are not touched.
 func (l *Locker) Shutdown(ctx context.Context) error {
 	if err := l.usable(); err != nil {
 		return err

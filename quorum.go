@@ -47,9 +47,10 @@ type quorum struct {
 
 // NewQuorum returns a Locker whose locks are held on a majority of the
 // independent Redis masters clients (not replicas of each other, not nodes
-// of one Cluster): an odd number, usually 3 or 5. A lock survives the loss
-// of a minority of them: with 5 masters, any 2 may be down, slow or
-// partitioned away. The Locker has the API and contract of New's, with
+// of one Cluster): an odd number, usually 3 or 5 (of n masters a majority
+// is n/2+1, so a fourth master adds no tolerance to three). A lock
+// survives the loss of a minority of them: with 5 masters, any 2 may be
+// down, slow or partitioned away. The Locker has the API and contract of New's, with
 // these differences (the details are in docs/fault-tolerance.md):
 //
 //   - Obtain polls with jittered backoff (WithBackoff) instead of waiting
