@@ -649,7 +649,8 @@ func (l *Locker) renewOne(ctx context.Context, a refreshArgs, r replicas) renewR
 }
 
 // TTL returns the remaining lease as Redis sees it, or ErrNotHeld when the
-// lock is no longer held.
+// lock is no longer held. In the lease's last millisecond it may return 0
+// with no error: Redis counts whole milliseconds.
 func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if !lk.usable() || lk.handleEnded() {
 		return 0, ErrNotHeld
