@@ -221,7 +221,7 @@ func (q *quorum) nodeErrors(errs []error, answered int, err error) error {
 	if answered < len(q.nodes) && err != nil {
 		errs = append(errs, fmt.Errorf("%d of %d masters did not answer: %w", len(q.nodes)-answered, len(q.nodes), err))
 	}
-	return fmt.Errorf("fewer than a majority (%d of %d) of the masters answered: %w", q.majority(), len(q.nodes), errors.Join(errs...))
+	return fmt.Errorf("fewer than a majority (%d of %d) of the masters answered without an error: %w", q.majority(), len(q.nodes), errors.Join(errs...))
 }
 
 // An attemptOutcome is what one attempt found.
