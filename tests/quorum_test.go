@@ -60,6 +60,23 @@ func quorumClients(t testing.TB, addrs []string, opts ...func(*redis.Options)) [
 	return clients
 }
 
+// longReads gives a quorum client go-redis's read timeout of 5 s, so that a
+// frozen master's call waits instead of failing after 300 ms.
+func longReads(o *redis.Options) { o.ReadTimeout = 5 * time.Second }
+
+// obtainOnAll obtains key on locker and waits until every master holds it:
+// the attempt on the master after the fastest majority has run too, so the
+// masters agree.
+func obtainOnAll(t *testing.T, ctx context.Context, locker *redislock.Locker, servers []*redistest.Server, key string, ttl time.Duration) *redislock.Lock {
+	t.Helper()
+	lk, err := locker.Obtain(ctx, key, ttl)
+	require.NoError(t, err)
+	for _, srv := range servers {
+		require.Eventually(t, func() bool { return srv.Do(t, "GET", key) == lk.Token() }, time.Second, 5*time.Millisecond)
+	}
+	return lk
+}
+
 func addrsOf(servers []*redistest.Server) []string {
 	addrs := make([]string, len(servers))
 	for i, s := range servers {
@@ -787,11 +804,7 @@ func TestQuorum_InspectAtTheFastestMajority(t *testing.T) {
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 20*time.Second)
 	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers)))
-	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
-	require.NoError(t, err)
-	for _, srv := range servers { // the straggler's attempt has run too: the masters agree
-		require.Eventually(t, func() bool { return srv.Client(t).Get(ctx, "k").Val() == lk.Token() }, time.Second, 5*time.Millisecond)
-	}
+	lk := obtainOnAll(t, ctx, locker, servers, "k", 10*time.Second)
 	servers[2].Freeze(t)
 	start := time.Now()
 	info, err := locker.Inspect(ctx, "k")
@@ -816,12 +829,8 @@ func TestQuorum_InspectAtTheFastestMajority(t *testing.T) {
 func TestQuorum_InspectWaitsWhenTheFastestMajorityDisagree(t *testing.T) {
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 20*time.Second)
-	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers), func(o *redis.Options) { o.ReadTimeout = 5 * time.Second }))
-	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
-	require.NoError(t, err)
-	for _, srv := range servers {
-		require.Eventually(t, func() bool { return srv.Client(t).Get(ctx, "k").Val() == lk.Token() }, time.Second, 5*time.Millisecond)
-	}
+	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers), longReads))
+	lk := obtainOnAll(t, ctx, locker, servers, "k", 10*time.Second)
 	servers[1].Do(t, "DEL", "k") // as if master 1's copy had not arrived yet
 	servers[2].Freeze(t)
 
@@ -898,12 +907,8 @@ func TestQuorum_InspectReportsNoHolderOfTwoMoments(t *testing.T) {
 func TestQuorum_InspectLeaseAfterAWait(t *testing.T) {
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 20*time.Second)
-	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers), func(o *redis.Options) { o.ReadTimeout = 5 * time.Second }))
-	lk, err := locker.Obtain(ctx, "k", 20*time.Second)
-	require.NoError(t, err)
-	for _, srv := range servers {
-		require.Eventually(t, func() bool { return srv.Do(t, "GET", "k") == lk.Token() }, time.Second, 5*time.Millisecond)
-	}
+	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers), longReads))
+	lk := obtainOnAll(t, ctx, locker, servers, "k", 20*time.Second)
 	servers[1].Do(t, "DEL", "k")
 	servers[0].Do(t, "PEXPIRE", "k", 5000)
 	servers[2].Freeze(t)
@@ -948,18 +953,14 @@ func TestQuorum_InspectOthersData(t *testing.T) {
 func TestQuorum_ShutdownBoundedByCtx(t *testing.T) {
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 30*time.Second)
-	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers), func(o *redis.Options) { o.ReadTimeout = 5 * time.Second }))
-	lk, err := locker.Obtain(ctx, "k", 10*time.Second)
-	require.NoError(t, err)
-	for _, srv := range servers { // the straggler's attempt has run too
-		require.Eventually(t, func() bool { return srv.Client(t).Get(ctx, "k").Val() == lk.Token() }, time.Second, 5*time.Millisecond)
-	}
+	locker := redislock.NewQuorum(quorumClients(t, addrsOf(servers), longReads))
+	lk := obtainOnAll(t, ctx, locker, servers, "k", 10*time.Second)
 	servers[2].Freeze(t)
 	require.NoError(t, lk.Release(ctx)) // a majority released it; the frozen master's release goes on
 	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err = locker.Shutdown(sctx)
+	err := locker.Shutdown(sctx)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, time.Since(start), time.Second, "Shutdown outlived its ctx")
 	servers[2].Thaw(t)
