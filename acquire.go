@@ -63,7 +63,7 @@ func (l *Locker) once(ctx context.Context, a attemptArgs, o *options) (*Lock, at
 	switch {
 	case err == nil && res.ours:
 		lk := newLock(l, a.key, a.token, a.mode, res.fence, a.ttl, start)
-		lk.replicas, lk.plain, lk.places, lk.described, lk.resent = o.replicas, a.plain, a.places, a.holder != "", res.resent
+		lk.replicas, lk.plain, lk.places, lk.resent = o.replicas, a.plain, a.places, res.resent
 		if time.Until(lk.Until()) >= a.ttl/2 {
 			return lk, res, nil
 		}

@@ -206,6 +206,7 @@ func (r *renewal) lose() {
 	lk.mu.Lock()
 	if r.ctx.Err() == nil && lk.losable() {
 		lk.lost = true
+		lk.endNow() // before the context ends: its handler gives the key back
 	}
 	lk.mu.Unlock()
 	r.cancel(ErrLockLost)

@@ -46,6 +46,7 @@ type Lock struct {
 	renewal   *renewal   // set while KeepAlive renews the lease
 	since     time.Time  // when the lock was acquired (or passed to this acquisition)
 	lostWhy   error      // why the lock is known to be lost (see markLost), or nil
+	over      time.Time  // when this process stopped holding the lock: it was found lost, or its release (or a pass) began; zero while held (see endNow)
 	lost      bool       // found lost while no Release was under way (see renewal.lose)
 	lostSeen  bool       // the Lost hook was called
 	gens      bool       // a command of a generation above 0 was sent: Redis may keep its generation (see leaseClock)
@@ -55,7 +56,7 @@ type Lock struct {
 // newLock returns the lock on key held by token in mode since a command
 // sent at start set its lease to ttl.
 func newLock(l *Locker, key, token string, m lockMode, fence int64, ttl time.Duration, start time.Time) *Lock {
-	return &Lock{locker: l, key: key, rkey: l.keys.lock(key), token: token, mode: m, fence: fence, holds: 1, since: start,
+	return &Lock{locker: l, key: key, rkey: l.keys.lock(key), token: token, mode: m, fence: fence, described: l.opts.holder != "", holds: 1, since: start,
 		clock: leaseClock{until: start.Add(ttl), ttl: ttl, genTTL: ttl}}
 }
 
@@ -64,7 +65,7 @@ func newLock(l *Locker, key, token string, m lockMode, fence int64, ttl time.Dur
 // its own whose commands start a generation of their own, so that no late
 // command of the passer can change the lease after them. lk.mu is held.
 func (lk *Lock) passed(ttl time.Duration) *Lock {
-	return &Lock{locker: lk.locker, key: lk.key, rkey: lk.rkey, token: lk.token, plain: lk.plain, places: lk.places, lined: lk.lined, resent: lk.resent, first: lk.first,
+	return &Lock{locker: lk.locker, key: lk.key, rkey: lk.rkey, token: lk.token, plain: lk.plain, places: lk.places, described: lk.described, lined: lk.lined, resent: lk.resent, first: lk.first,
 		holds: 1, since: time.Now(), clock: leaseClock{until: lk.clock.until, ttl: ttl, gen: lk.clock.gen + 1, genTTL: ttl}}
 }
 
@@ -235,7 +236,7 @@ func (c *leaseClock) busy() bool {
 // should the command never return (a dead connection).
 func (lk *Lock) setting(ttl time.Duration) (id uint64, gen int64, ok bool) {
 	lk.mu.Lock()
-	if lk.released || lk.releasing {
+	if lk.released || lk.releasing || lk.lost || lk.lostWhy != nil {
 		lk.mu.Unlock()
 		return 0, 0, false
 	}
@@ -290,6 +291,15 @@ func (lk *Lock) Token() string {
 // so Redis never frees the lock before Until (clock drift between the
 // machines aside). The lock is certainly not held after Until unless
 // refreshed in time.
+//
+// Once the lock ends for this process, Until is no later than that moment:
+// when it is found lost (KeepAlive's context ends with ErrLockLost, or
+// Refresh, TTL or Release find the key gone or taken), and when its
+// release begins (Release, or the give-back that follows a loss), Until
+// moves to that moment, before any command that frees the key is sent
+// (see endNow). So time.Now().Before(lk.Until()) never holds while Redis no
+// longer holds the key for lk. A Release that fails on Redis leaves it
+// there too: the release may have run.
 func (lk *Lock) Until() time.Time {
 	if !lk.usable() {
 		return time.Time{}
@@ -297,7 +307,27 @@ func (lk *Lock) Until() time.Time {
 	a := lk.acquisition()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.clock.until
+	return a.heldUntil()
+}
+
+// heldUntil is Until for the acquisition lk: the lease clock's end, or the
+// moment the lock ended for this process if that is earlier. lk.mu is held.
+func (lk *Lock) heldUntil() time.Time {
+	if !lk.over.IsZero() && lk.over.Before(lk.clock.until) {
+		return lk.over
+	}
+	return lk.clock.until
+}
+
+// endNow records that the lock ends for this process now, unless it ended
+// already: it is found lost, or its release begins. It is the one writer of
+// over, and every path that ends a lock calls it before it sends anything
+// that frees the key (a release, a give-back), so Until is never later than
+// the key's life. lk.mu is held.
+func (lk *Lock) endNow() {
+	if lk.over.IsZero() {
+		lk.over = time.Now()
+	}
 }
 
 // usable reports whether lk was made by a Locker (not nil, not a zero Lock).
@@ -427,7 +457,9 @@ func (lk *Lock) releasedBy(held, resent bool) bool {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
 	lk.unsure = lk.unsure || resent
-	return lk.unsure && time.Now().Before(lk.clock.until)
+	// The lease clock's end, not Until's: Until moved to when the release
+	// began. A lock found lost before was not released by it.
+	return lk.unsure && lk.lostWhy == nil && time.Now().Before(lk.clock.until)
 }
 
 // releaseBound is how long a release goes on in the background once its
@@ -511,6 +543,7 @@ func (lk *Lock) beginRelease() bool {
 		return false
 	}
 	lk.releasing = true
+	lk.endNow()
 	return true
 }
 
@@ -522,16 +555,14 @@ func (lk *Lock) beginRelease() bool {
 // then.
 func (lk *Lock) markLost(ctx context.Context) {
 	lk.mu.Lock()
-	if now := time.Now(); lk.clock.until.After(now) {
-		lk.clock.until = now
-	}
+	lk.endNow()
 	if lk.lostWhy == nil {
 		lk.lostWhy = fmt.Errorf("%w: %s was gone or held by another owner", ErrLockLost, quoteKey(lk.key))
 	}
 	r := lk.renewal
 	kept := r != nil && r.ctx.Err() == nil
 	report := !kept && lk.losable()
-	lk.lost = lk.lost || report
+	lk.lost = lk.lost || lk.losable() // before the kept context ends (r.lose)
 	lk.mu.Unlock()
 	switch {
 	case kept:
@@ -547,9 +578,7 @@ func (lk *Lock) markLost(ctx context.Context) {
 func (lk *Lock) lapse() {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
-	if now := time.Now(); lk.clock.until.After(now) {
-		lk.clock.until = now
-	}
+	lk.endNow()
 }
 
 // releaseBegun reports whether lk's release has begun, or lk is released.

@@ -639,7 +639,7 @@ func (q *quorum) release(ctx context.Context, lk *Lock) (released bool, _ int, e
 		switch {
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("master %d: %w", r.node, r.err))
-		case r.v.released, r.v.resent && time.Now().Before(lk.Until()):
+		case r.v.released, r.v.resent && lk.releasedBy(false, true):
 			ok++
 		default:
 			notHeld++

@@ -102,8 +102,11 @@ func (l *Locker) checkUpgrade(ctx context.Context, key string, m lockMode) error
 func (l *Locker) join(ctx context.Context, key string, m lockMode) (*Lock, error) {
 	for _, a := range l.carried(ctx, key, m) {
 		a.mu.Lock()
+		// A lock found lost stays lost, also once the give-back that
+		// follows the loss has released it (see KeepAlive): lost is set
+		// before any of its contexts ends with ErrLockLost.
 		live := !a.released && !a.releasing && a.holds > 0
-		lost := live && (a.lost || a.lostWhy != nil || !time.Now().Before(a.clock.until))
+		lost := a.lost || live && (a.lostWhy != nil || !time.Now().Before(a.heldUntil()))
 		if live && !lost {
 			a.holds++
 		}
