@@ -694,7 +694,7 @@ func (ls *lines) pass(lk *Lock) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln := ls.byKey[lk.key]
-	if ln == nil || ln.hold != lk || ln.passes == 0 || len(ln.waiters) == 0 || time.Since(ln.round) > passSlice {
+	if ln == nil || len(ln.waiters) == 0 || !ls.adopt(ln, lk) || ln.passes == 0 || time.Since(ln.round) > passSlice {
 		return false
 	}
 	w := ln.waiters[0]
@@ -709,12 +709,30 @@ func (ls *lines) pass(lk *Lock) bool {
 	}
 	lk.released = true
 	next := lk.passed(w.ttl)
+	lk.endNow()
 	ln.waiters = ln.waiters[1:]
 	w.lock = next
 	w.poke()
 	ln.hold = next
 	ln.passes--
 	ls.settle(lk.locker, ln)
+	return true
+}
+
+// adopt reports whether lk is ln's hold, making it so when lk was taken
+// without the line (a plain lock, or a single attempt: see
+// deployment.acquire) while the line has no hold: the Locker holds the key,
+// and its round began when lk was acquired. So a lock that nobody waited
+// for when it was taken is passed like one the line got from Redis.
+// ls.mu is held.
+func (ls *lines) adopt(ln *line, lk *Lock) bool {
+	if ln.hold == lk {
+		return true
+	}
+	if ln.hold != nil || lk.lined || lk.mode != (lockMode{}) {
+		return false
+	}
+	ln.hold, ln.passes, ln.round = lk, maxPasses, lk.since
 	return true
 }
 
