@@ -76,7 +76,8 @@ var (
 // round, a reader on a semaphore, any lock on a Redis list, hash or set, or
 // data of another version of this library (another data layout: see the
 // CHANGELOG). The error names both kinds. Nothing was changed in Redis,
-// and waiting cannot cure it: use another key. (A string the library did
+// and waiting cannot cure it: use another key. SetFenced returns it for a
+// resource key that holds something else than what SetFenced writes. (A string the library did
 // not write is not such data: it is held, as a lock of another owner, and
 // waited for; see ErrNotObtained.)
 var ErrWrongKind = errors.New("redislock: the key holds another kind of lock or data")

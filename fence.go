@@ -18,11 +18,14 @@ var ErrFenceRejected = errors.New("redislock: write rejected: a newer lock holde
 // run a Lua script that sets the lock and increments a counter in one atomic
 // step, instead of a plain SET.
 //
-// The counter is the key "{<hash part of the lock key>}:redislock:fence:<lock
-// key>", in the lock key's Redis Cluster hash slot. It has no expiry and is
-// never reset, so fences keep growing across releases and expiries. Deleting
-// it restarts the fences at 1: only do that together with the fences stored
-// by the protected resources.
+// The counter is one per Redis Cluster hash slot, the key
+// "{<slot tag>}:rl1:fence" (under the namespace, if any), shared by the
+// lock keys of that slot. It has no expiry and is never reset, so fences
+// keep growing across releases and expiries. Deleting it restarts the
+// fences at 1: only do that together with the fences stored by the
+// protected resources. One key's fences grow, but skip the values that
+// the other keys of its slot took (and, rarely, one that an acquisition
+// whose reply was lost took: see docs/fencing.md).
 //
 // Replication is asynchronous: after a failover the new primary may have
 // missed the latest increments and issue a fence that was already issued.
@@ -59,7 +62,9 @@ func (lk *Lock) Fence() int64 { return lk.fence }
 //
 // Fences are compared in Lua, whose numbers are exact up to 2^53: larger
 // fences are rejected with ErrInvalidOption (Lockers issue fences up to
-// 2^53-1).
+// 2^53-1). A key that holds anything else (a string, a list, a hash whose
+// fence field is not an integer, ...) is left as it is: the error wraps
+// ErrWrongKind.
 //
 // SetFenced uses client directly: the resource may live on another Redis
 // than the locks.

@@ -153,6 +153,7 @@ local clock = redis.call("TIME")
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 local SHARED, PERMITS = "rl1:shared", "rl1:permits:"
 local PLACE = "^(%d+) (%d+) ([01]) (%w+) ([ps]) (%S+) (.*)$"
+local given = {} -- token -> the fence a hand-off of this script gave it (0: none)
 
 -- sets the expiry of key k to ms from now, unless it ends later already
 local function lengthen(k, ms)
@@ -422,6 +423,7 @@ local function handoff(mine)
 			end
 			if fence >= 0 then
 				take(token, mode, math.min(tonumber(ttl), tonumber(deadline) - now + 1), desc)
+				given[token] = fence
 				n = n + 1
 			end
 			if fence >= 0 and channel == mine then
@@ -516,8 +518,8 @@ if redis.call("EXISTS", LINE) == 1 then
 end
 local mine = holds(token, mode, kind)
 if mine or (first and redis.call("EXISTS", LINE) == 0 and fits(mode, kind)) then
-	local fence, err = 0, nil
-	if fenced == "1" then
+	local fence, err = given[token] or 0, nil -- a hand-off just now issued it one
+	if fenced == "1" and fence == 0 then
 		fence, err = issueFence(FENCE)
 	end
 	if not fence then
@@ -1006,8 +1008,19 @@ var errFenceNotIssued = errors.New("the fence could not be issued")
 //	        {0, fence} when ARGV[2] is lower than the resource's fence
 //	        (nothing changed). fence is the resource's fence before the call
 //	        (0 for a new resource).
+//	        {-2, what} when the key holds something else than such a hash:
+//	        what is its Redis type, or "hash" for a hash whose fence field
+//	        is not a non-negative integer; nothing changed.
 var fencedSetScript = redis.NewScript(`
-local seen = tonumber(redis.call("HGET", KEYS[1], "fence") or "0")
+local kind = redis.call("TYPE", KEYS[1]).ok
+if kind ~= "hash" and kind ~= "none" then
+	return {-2, kind}
+end
+local seen = redis.call("HGET", KEYS[1], "fence") or "0"
+if not string.match(seen, "^%d+$") then
+	return {-2, "hash"}
+end
+seen = tonumber(seen)
 if tonumber(ARGV[2]) < seen then
 	return {0, seen}
 end
@@ -1015,17 +1028,29 @@ redis.call("HSET", KEYS[1], "value", ARGV[1], "fence", ARGV[2])
 return {1, seen}`)
 
 // runFencedSet runs fencedSetScript: ok reports whether the value was
-// written; seen is the resource's fence before the call.
+// written; seen is the resource's fence before the call. A key that holds
+// something else is ErrWrongKind.
 func runFencedSet(ctx context.Context, c redis.Scripter, key, value string, fence int64) (ok bool, seen int64, err error) {
 	cmd, _ := scriptCall{fencedSetScript, []string{key}, []any{value, fence}}.exec(ctx, c)
-	res, err := cmd.Int64Slice()
+	res, err := cmd.Slice()
 	if err != nil {
 		return false, 0, err
 	}
+	code, _ := replyInt(res, 0)
 	if len(res) != 2 {
 		return false, 0, errors.New("unexpected reply to the fenced write")
 	}
-	return res[0] == 1, res[1], nil
+	if code == -2 {
+		what := fmt.Sprint(res[1])
+		if what == "hash" {
+			what = "a hash whose fence field is not a non-negative integer"
+		} else {
+			what = "a Redis " + what
+		}
+		return false, 0, refusal{fmt.Errorf("%w: it holds %s, not a resource SetFenced writes (a hash with the fields value and fence); nothing was written", ErrWrongKind, what)}
+	}
+	seen, _ = replyInt(res, 1)
+	return code == 1, seen, nil
 }
 
 // flag is a boolean script argument.
