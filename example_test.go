@@ -398,19 +398,20 @@ func ExampleSlogHooks() {
 	locker := redislock.New(rdb, redislock.WithHooks(redislock.SlogHooks(logger)))
 	ctx := context.Background()
 
-	lock, _ := locker.Obtain(ctx, "report", time.Minute) // DEBUG: not logged at INFO
-	_, err := locker.TryObtain(ctx, "report", time.Minute)
+	lock, _ := locker.Obtain(ctx, "report", time.Minute)   // DEBUG: not logged at INFO
+	_, err := locker.TryObtain(ctx, "report", time.Minute) // contention: DEBUG too
 	fmt.Println(errors.Is(err, redislock.ErrNotObtained))
-	_ = lock.Release(ctx)
+	rdb.Del(ctx, "report") // someone deletes the key under the holder
+	_ = lock.Release(ctx)  // WARN: the lock was not held any more
 	// Output:
-	// level=INFO msg="redislock: obtain" key=report outcome=not_obtained attempts=1 fence=0 err="redislock: lock not obtained: \"report\" is held by another owner"
 	// true
+	// level=WARN msg="redislock: release" key=report outcome=not_held err="redislock: lock not held"
 }
 
-// omitTime drops the time and the wait from log records, so that the
+// omitTime drops the time and the durations from log records, so that the
 // example's output is the same every time.
 func omitTime(a slog.Attr) slog.Attr {
-	if a.Key == slog.TimeKey || a.Key == "wait" {
+	if a.Key == slog.TimeKey || a.Key == "wait" || a.Key == "held" {
 		return slog.Attr{}
 	}
 	return a

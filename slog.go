@@ -12,9 +12,10 @@ import (
 //     includes the last renewal's error, e.g. a closed client).
 //   - Warn: an Obtain or a Release that failed on Redis or the network, a
 //     renewal that failed, a Release that found the lock no longer held.
-//   - Info: an Obtain that gave up on a key another owner kept, a Release
-//     that goes on in the background.
-//   - Debug: every acquisition, hand-off, renewal and release.
+//   - Info: a Release that goes on in the background.
+//   - Debug: every acquisition, hand-off, renewal and release, and an
+//     Obtain or TryObtain that did not get a key another owner held
+//     (contention: a cron fleet's skipped ticks are no news).
 //
 // Events below the logger's level cost a call to its handler's Enabled.
 //
@@ -58,13 +59,13 @@ func SlogHooks(logger *slog.Logger) Hooks {
 }
 
 // levelOf is the level SlogHooks logs an outcome at: failures (and a
-// Release that found the lock lost before) at WARN, contention and
-// releases that go on in the background at INFO, the rest at DEBUG.
+// Release that found the lock lost before) at WARN, releases that go on in
+// the background at INFO, the rest (contention included) at DEBUG.
 func levelOf(o Outcome) slog.Level {
 	switch o {
 	case OutcomeError, OutcomeNotHeld:
 		return slog.LevelWarn
-	case OutcomeNotObtained, OutcomeBackground:
+	case OutcomeBackground:
 		return slog.LevelInfo
 	}
 	return slog.LevelDebug
