@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -29,8 +30,8 @@ var (
 )
 
 // TestMain builds redislock (with -race when the tests run with it),
-// starts a redis-server, runs the tests, and fails the run if a goroutine
-// outlives them.
+// starts a redis-server, runs the tests (see defaultSignals), and fails the
+// run if a goroutine outlives them.
 // With $REDISLOCK_TEST_HELPER set, the test binary is a COMMAND instead
 // (see helper).
 func TestMain(m *testing.M) {
@@ -65,6 +66,7 @@ func testMain(m *testing.M) int {
 		}
 		fmt.Fprintln(os.Stderr, "redis-server:", err, "(tests that need it are skipped; install redis-server)")
 	}
+	defaultSignals()
 	code := m.Run()
 	stop()
 	if code == 0 {
@@ -74,6 +76,27 @@ func testMain(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// defaultSignals makes the processes the tests start begin with SIGHUP and
+// SIGINT at their default action, however the tests were started. Started
+// with them ignored (nohup; "cmd &" in a script; go test un-ignores SIGINT,
+// a test binary run directly does not), the tests would pass that on to
+// redislock, which keeps them ignored as the README says, and the tests
+// that send them would wait in vain. A signal ignored stays ignored across
+// exec, one handled goes back to its default action, and signal.Notify for
+// a signal the process was started with ignored un-ignores it: so the test
+// process handles those it ignores, by dropping them, and they still do
+// nothing to it. SIGQUIT and SIGTERM need nothing: Go's runtime handles
+// them whatever it inherited. TestRun_IgnoredSignalsStayIgnored ignores
+// them itself, in a wrapper.
+func defaultSignals() {
+	dropped := make(chan os.Signal, 1) // never read: Notify does not block
+	for _, s := range []os.Signal{syscall.SIGHUP, syscall.SIGINT} {
+		if signal.Ignored(s) {
+			signal.Notify(dropped, s)
+		}
+	}
 }
 
 // startRedis starts a redis-server on a free loopback port, without
@@ -125,7 +148,8 @@ type proc struct {
 
 // start starts redislock with args and REDIS_URL set to the test's Redis
 // (database 0), in a session of its own (no controlling terminal, so never
-// an interactive foreground job). Its output goes to files, so that
+// an interactive foreground job), with SIGHUP and SIGINT at their default
+// action (see defaultSignals). Its output goes to files, so that
 // processes it leaves running cannot hold up the test. It is killed at the
 // end of t if still running.
 func start(t *testing.T, args ...string) *proc {

@@ -511,7 +511,8 @@ func TestRun_KeyGoneAtReleaseExits75(t *testing.T) {
 // neither exits on them nor passes them on, and by COMMAND, which starts
 // with them ignored. (Go's runtime takes SIGQUIT and SIGTERM over whatever
 // their inherited disposition, so redislock cannot tell that they were
-// ignored; the README says so.)
+// ignored; the README says so.) A wrapper shell ignores them, whatever
+// the tests were started with (see defaultSignals).
 func TestRun_IgnoredSignalsStayIgnored(t *testing.T) {
 	if !isLinux {
 		t.Skip("reads /proc/self/status")
