@@ -83,17 +83,17 @@ var (
 var ErrWrongKind = errors.New("redislock: the key holds another kind of lock or data")
 
 // wrongKind is the error of an acquisition in mode m of a key that holds
-// what (see acquireScript); the caller names the key (see failed).
+// what (see acquire.lua); the caller names the key (see failed).
 func wrongKind(what string, m lockMode) error {
 	return fmt.Errorf("%w: %s, where this call asks for %s", ErrWrongKind, kindName(what), m)
 }
 
-// kindName names what a key holds, as acquireScript reports it.
+// kindName names what a key holds, as acquire.lua reports it.
 func kindName(what string) string {
 	switch {
-	case what == "x":
+	case what == markExclusive:
 		return "an exclusive lock"
-	case what == "s":
+	case what == markShared:
 		return "a read-write lock's readers"
 	case strings.HasPrefix(what, "permits:"):
 		return "a semaphore of " + strings.TrimPrefix(what, "permits:") + " permits"

@@ -523,8 +523,8 @@ func (l *Locker) runReleaseOf(ctx context.Context, lk *Lock, leave string) (rele
 		s := scriptCall{dropScript, []string{lk.rkey, lk.places}, []any{&counted{s: lk.token}}}
 		cmd, sent := s.run(ctx, l.client)
 		n, err := cmd.Int64()
-		if err != nil || n >= 0 {
-			return releaseResult{released: n == 1, resent: sent.resent()}, err
+		if err != nil || n != replyNotPlain {
+			return releaseResult{released: n == replyOK, resent: sent.resent()}, err
 		}
 	}
 	a := releaseArgs{key: lk.key, token: lk.token, mode: lk.mode, leave: leave, wake: l.wakeFor(lk.key).channel}

@@ -33,15 +33,16 @@ func (m lockMode) String() string {
 	return "an exclusive lock"
 }
 
-// arg is the mode as scripts take it: "x", "s", or the number of permits.
+// arg is the mode as scripts take it: markExclusive, markShared, or the
+// number of permits.
 func (m lockMode) arg() string {
 	switch {
 	case m.shared:
-		return "s"
+		return markShared
 	case m.permits > 0:
 		return strconv.Itoa(m.permits)
 	}
-	return "x"
+	return markExclusive
 }
 
 // WithShared makes an acquisition shared: the reader of a read-write lock.

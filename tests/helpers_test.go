@@ -163,7 +163,7 @@ func queued(t testing.TB, rdb redis.UniversalClient, key string) []string {
 // waitQueued waits until key's line in Redis has n places.
 func waitQueued(t testing.TB, rdb redis.UniversalClient, key string, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return len(queued(t, rdb, key)) == n }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return len(queued(t, rdb, key)) == n }, 15*time.Second, time.Millisecond,
 		"%d places in line, want %d", len(queued(t, rdb, key)), n)
 }
 

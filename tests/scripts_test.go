@@ -3,8 +3,12 @@ package tests
 import (
 	"bytes"
 	"context"
+	"crypto/sha1"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,76 +23,96 @@ import (
 	"github.com/seed5e0b76d9/redislock"
 )
 
-// A script is one of the library's Lua scripts, as a test recognises a run
-// of it in what a client sends: by the shape of the call (EVALSHA, or the
-// EVAL go-redis sends after NOSCRIPT; how many KEYS, what the second key
-// is, how many ARGV), which the KEYS and ARGV tables in plain.go and
-// scripts.go fix. The package exports neither the scripts nor their
-// hashes. TestScripts_RecognisedByShape checks the shapes against what the
-// library sends.
+// A script is one of the library's Lua scripts, by the name of its file in
+// the repository's lua/ directory ("take" is lua/take.lua). A test
+// recognises a run of it in what a client sends by the text that runs: the
+// SHA1 of that text in an EVALSHA, or the text in the EVAL go-redis sends
+// after NOSCRIPT. The text is the script's file joined as scripts.go's load
+// joins it: lua/consts.lua, then the parts the script's "-- parts:" line
+// names, then the script. The package exports neither the scripts nor their
+// hashes; TestScripts_RecognisedByName checks that every script the library
+// runs is one of these files.
 type script string
 
 const (
-	takeScript          script = "take"           // plain.go: KEYS lock, places; ARGV token, ttl
-	dropScript          script = "drop"           // plain.go: KEYS lock, places; ARGV token
-	renewScript         script = "renew"          // plain.go: KEYS lock, gens[, fence][, holders]; 5 ARGV
-	acquireScript       script = "acquire"        // scripts.go: familyKeys with the spent mark (7 KEYS); 9 ARGV
-	releaseScript       script = "release"        // scripts.go: 7 KEYS; 5 ARGV
-	holderRefreshScript script = "holder refresh" // scripts.go: familyKeys (6 KEYS); 5 ARGV
-	inspectScript       script = "inspect"        // scripts.go: familyKeys (6 KEYS); no ARGV
+	takeScript        script = "take"         // a plain lock's acquisition
+	dropScript        script = "drop"         // a plain lock's release
+	renewScript       script = "renew"        // an exclusive lease's refresh or renewal
+	acquireScript     script = "acquire"      // an attempt of the line and the lock family
+	releaseScript     script = "release"      // a release of the line and the lock family
+	renewSharedScript script = "renew_shared" // a reader's or a permit's refresh or renewal
+	inspectScript     script = "inspect"      // Inspect
 )
 
-// knownScripts are the scripts scriptOf knows.
-var knownScripts = []script{takeScript, dropScript, renewScript, acquireScript, releaseScript, holderRefreshScript, inspectScript}
+// scriptTexts maps the text of each of the library's scripts, and the SHA1
+// of that text (lower-case hex, as EVALSHA takes it), to its name.
+var scriptTexts = sync.OnceValues(func() (map[string]script, error) {
+	dir := filepath.Join("..", "lua")
+	read := func(name string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(dir, name+".lua"))
+		return string(b), err
+	}
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	consts, err := read("consts")
+	if err != nil {
+		return nil, err
+	}
+	partsLine := regexp.MustCompile(`(?m)^-- parts: (.*)$`)
+	texts := map[string]script{}
+	for _, f := range files {
+		name := strings.TrimSuffix(f.Name(), ".lua")
+		src, err := read(name)
+		if err != nil {
+			return nil, err
+		}
+		m := partsLine.FindStringSubmatch(src)
+		if m == nil {
+			continue // a part, or consts.lua
+		}
+		text := consts
+		for _, p := range strings.Fields(m[1]) {
+			if p == "(none)" {
+				continue
+			}
+			part, err := read(p)
+			if err != nil {
+				return nil, err
+			}
+			text += part
+		}
+		text += src
+		texts[text] = script(name)
+		texts[fmt.Sprintf("%x", sha1.Sum([]byte(text)))] = script(name)
+	}
+	return texts, nil
+})
 
-// scriptOf returns the script a call runs, from its shape: the command's
-// name, its number of KEYS, its second key ("" with fewer than 2) and its
-// number of ARGV. It returns "" for anything else (other commands, and the
-// scripts no test needs to pick out).
-func scriptOf(name string, keys int, second string, args int) script {
+// scriptOf returns the script that a command named name (EVALSHA or EVAL,
+// in any case) whose first argument is shaOrText runs; "" for any other
+// command, and "?" for a script that is not one of the library's.
+func scriptOf(name, shaOrText string) script {
 	if n := strings.ToLower(name); n != "evalsha" && n != "eval" {
 		return ""
 	}
-	switch {
-	case keys == 2 && isSide(second, "places") && args == 2:
-		return takeScript
-	case keys == 2 && isSide(second, "places") && args == 1:
-		return dropScript
-	case keys >= 2 && keys <= 4 && isSide(second, "gens") && args == 5:
-		return renewScript
-	case keys == 7 && args == 9:
-		return acquireScript
-	case keys == 7 && args == 5:
-		return releaseScript
-	case keys == 6 && args == 5:
-		return holderRefreshScript
-	case keys == 6 && args == 0:
-		return inspectScript
+	texts, err := scriptTexts()
+	if err != nil {
+		panic(err)
 	}
-	return ""
+	if s, ok := texts[strings.ToLower(shaOrText)]; ok {
+		return s
+	}
+	if s, ok := texts[shaOrText]; ok {
+		return s
+	}
+	return "?"
 }
-
-// isSide reports whether name is a side key of kind (see sideKey).
-func isSide(name, kind string) bool { return strings.Contains(name, "}:rl1:"+kind+":") }
 
 // isScript reports whether cmd, a command as a go-redis hook sees it, runs
-// s (EVALSHA or EVAL: [name, sha or body, numkeys, keys..., args...]).
-func isScript(cmd redis.Cmder, s script) bool {
-	args := cmd.Args()
-	if len(args) < 3 {
-		return false
-	}
-	name, _ := args[0].(string)
-	keys, ok := args[2].(int)
-	if !ok || keys < 0 || 3+keys > len(args) {
-		return false
-	}
-	second := ""
-	if keys >= 2 {
-		second, _ = args[4].(string)
-	}
-	return scriptOf(name, keys, second, len(args)-3-keys) == s
-}
+// s (EVALSHA or EVAL: [name, sha or text, numkeys, keys..., args...]).
+func isScript(cmd redis.Cmder, s script) bool { return scriptOfCmd(cmd) == s }
 
 // releases reports whether cmd runs a release script (of a plain lock, or
 // of the line and the family); acquires, an acquire script.
@@ -107,18 +131,9 @@ func acquires(cmd redis.Cmder) bool {
 func sentScript(s script, arg string) func([]byte) bool {
 	return func(b []byte) bool {
 		for len(b) > 0 {
-			cmd, n, total := parseCommand(b)
-			if len(cmd) >= 3 {
-				keys, err := strconv.Atoi(cmd[2])
-				if err == nil && keys >= 0 && len(cmd) >= 3+keys {
-					second := ""
-					if keys >= 2 {
-						second = cmd[4]
-					}
-					if scriptOf(cmd[0], keys, second, total-3-keys) == s && (arg == "" || slices.Contains(cmd[3:], arg)) {
-						return true
-					}
-				}
+			cmd, n, _ := parseCommand(b)
+			if len(cmd) >= 2 && scriptOf(cmd[0], cmd[1]) == s && (arg == "" || slices.Contains(cmd[3:], arg)) {
+				return true
 			}
 			if n == 0 {
 				return false
@@ -177,12 +192,10 @@ func loadScripts(t testing.TB, rdb *redis.Client) {
 	ran := map[script]bool{}
 	var mu sync.Mutex
 	c.AddHook(hook{before: func(cmd redis.Cmder) {
-		for _, s := range knownScripts {
-			if isScript(cmd, s) {
-				mu.Lock()
-				ran[s] = true
-				mu.Unlock()
-			}
+		if s := scriptOfCmd(cmd); s != "" {
+			mu.Lock()
+			ran[s] = true
+			mu.Unlock()
 		}
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -191,9 +204,20 @@ func loadScripts(t testing.TB, rdb *redis.Client) {
 	require.NoError(t, c.FlushDB(ctx).Err())
 	mu.Lock()
 	defer mu.Unlock()
-	for _, s := range knownScripts {
-		require.True(t, ran[s], "the library ran no %s script: the shapes in scripts_test.go are out of date", s)
+	for _, s := range []script{takeScript, dropScript, renewScript, acquireScript, releaseScript, renewSharedScript, inspectScript} {
+		require.True(t, ran[s], "the library ran no %s script", s)
 	}
+}
+
+// scriptOfCmd is scriptOf for a command as a go-redis hook sees it.
+func scriptOfCmd(cmd redis.Cmder) script {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return ""
+	}
+	name, _ := args[0].(string)
+	text, _ := args[1].(string)
+	return scriptOf(name, text)
 }
 
 // runScripts uses the library on key so that it runs each of its scripts
@@ -224,11 +248,12 @@ func runScripts(t testing.TB, ctx context.Context, c *redis.Client, key string) 
 	require.NoError(t, locker.Shutdown(ctx))
 }
 
-// The shapes scriptOf knows are those of the calls the library makes: each
-// operation runs the script expected of it, whether by EVALSHA or by the
-// EVAL that follows NOSCRIPT (Redis emptied its script cache), as a
-// go-redis hook sees it and as the bytes on the connection hold it.
-func TestScripts_RecognisedByShape(t *testing.T) {
+// Every script the library runs is one of the files of lua/, joined as
+// scripts.go joins them, and each operation runs the script expected of
+// it, whether by EVALSHA or by the EVAL that follows NOSCRIPT (Redis
+// emptied its script cache), as a go-redis hook sees it and as the bytes
+// on the connection hold it.
+func TestScripts_RecognisedByName(t *testing.T) {
 	b := realBackend(t)
 	ctx := ctxT(t, 20*time.Second)
 	var mu sync.Mutex
@@ -246,21 +271,26 @@ func TestScripts_RecognisedByShape(t *testing.T) {
 		}
 	})
 	rdb.AddHook(hook{before: func(cmd redis.Cmder) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, s := range knownScripts {
-			if isScript(cmd, s) {
-				hooked = append(hooked, s)
-			}
+		if s := scriptOfCmd(cmd); s != "" {
+			mu.Lock()
+			hooked = append(hooked, s)
+			mu.Unlock()
 		}
 	}})
 	byBytes := func() []script {
 		var seen []script
 		for _, w := range writes {
-			for _, s := range knownScripts {
-				if sentScript(s, "")(w) {
-					seen = append(seen, s)
+			for len(w) > 0 {
+				cmd, n, _ := parseCommand(w)
+				if n == 0 {
+					break
 				}
+				if len(cmd) >= 2 {
+					if s := scriptOf(cmd[0], cmd[1]); s != "" {
+						seen = append(seen, s)
+					}
+				}
+				w = w[n:]
 			}
 		}
 		return seen
@@ -274,7 +304,8 @@ func TestScripts_RecognisedByShape(t *testing.T) {
 		hooked, writes = nil, nil
 		mu.Unlock()
 		runScripts(t, ctx, rdb, "k")
-		want := []script{takeScript, dropScript, acquireScript, renewScript, inspectScript, releaseScript, acquireScript, holderRefreshScript, releaseScript}
+		want := []script{takeScript, "pttl", dropScript, acquireScript, renewScript, inspectScript, "fenced_set", releaseScript,
+			acquireScript, renewSharedScript, "pttl_shared", releaseScript}
 		if !loaded { // a script's first run is an EVALSHA that finds NOSCRIPT, then an EVAL
 			var runs []script
 			for _, s := range want {
@@ -292,13 +323,22 @@ func TestScripts_RecognisedByShape(t *testing.T) {
 	}
 
 	// A run's arguments, and a chunk that ends inside a run.
-	run := resp("evalsha", "abc", "2", "k", "{k}:rl1:places:k", "300")
+	texts, err := scriptTexts()
+	require.NoError(t, err)
+	var sha string
+	for text, s := range texts {
+		if s == dropScript && len(text) == 40 {
+			sha = text
+		}
+	}
+	run := resp("evalsha", sha, "2", "k", "{k}:rl1:places:k", "300")
 	assert.True(t, sentScript(dropScript, "300")(run))
 	assert.True(t, sentScript(dropScript, "k")(run))
 	assert.False(t, sentScript(dropScript, "30")(run))
 	assert.False(t, sentScript(takeScript, "")(run))
 	assert.True(t, sentScript(dropScript, "")(append(resp("ping"), run...)), "the second command of a pipeline")
 	assert.True(t, sentScript(dropScript, "")(run[:len(run)-5]), "a run cut short")
+	assert.Equal(t, script("?"), scriptOf("EVALSHA", "0123456789abcdef0123456789abcdef01234567"), "a script that is not the library's")
 	assert.False(t, sentScript(dropScript, "300")(run[:len(run)-5]), "an argument not yet written")
 }
 
