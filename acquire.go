@@ -10,8 +10,8 @@ import (
 // try makes TryObtain's single attempt. It takes no place in line, and
 // never takes the key while others wait for it: the Locker's own waiters are
 // seen here (no command is sent then), those of other processes by the
-// scripts. A plain lock (see plain.go) is tried with takeScript, and with
-// acquireScript when the key turns out not to be plain. It also returns how
+// scripts. A plain lock (see the note at the top of scripts.go) is tried with take.lua, and with
+// acquire.lua when the key turns out not to be plain. It also returns how
 // many acquire commands it sent.
 func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, int, error) {
 	if l.lines.busy(key) {
@@ -56,7 +56,14 @@ func (l *Locker) attemptArgs(key string, ttl time.Duration, o *options) attemptA
 // counted) is marked spent, so that a late copy takes nothing.
 func (l *Locker) once(ctx context.Context, a attemptArgs, o *options) (*Lock, attemptResult, error) {
 	start := time.Now()
-	res, err := l.sendOnce(ctx, a, o.replicas)
+	var res attemptResult
+	var err error
+	if ctx.Done() == nil && o.replicas.n == 0 { // it cannot be abandoned, nor need acknowledging
+		res, err = runAttempt(ctx, l.client, l.keys, a)
+		l.noteErr(err)
+	} else {
+		res, err = l.sendOnce(ctx, a, o.replicas)
+	}
 	if err == nil {
 		l.rtts.add(time.Since(start))
 	}
@@ -64,24 +71,21 @@ func (l *Locker) once(ctx context.Context, a attemptArgs, o *options) (*Lock, at
 	case err == nil && res.ours:
 		lk := newLock(l, a.key, a.token, a.mode, res.fence, a.ttl, start)
 		lk.replicas, lk.plain, lk.places, lk.resent = o.replicas, a.plain, a.places, res.resent
-		if time.Until(lk.Until()) >= a.ttl/2 {
-			return lk, res, nil
-		}
-		if err := l.fit(ctx, lk, a.ttl, false); err != nil {
+		if err := l.claim(ctx, lk, a.ttl, false, false); err != nil {
 			return nil, res, err
 		}
 		return lk, res, nil
 	case err == nil:
 		if res.resent {
-			l.forget(ctx, a.key, a.token, a.mode, true, forgetWait) // a first copy may still run
+			l.withdrawLater(ctx, a.key, a.token, a.mode, true, forgetWait) // a first copy may still run
 		}
 		return nil, res, nil
 	case errors.Is(err, ErrNotReplicated):
 		// It took the key: nothing is held once ErrNotReplicated returns.
-		err = released(err, l.forget(ctx, a.key, a.token, a.mode, res.resent, l.releaseBound()))
+		err = givenBack(err, l.withdrawLater(ctx, a.key, a.token, a.mode, res.resent, l.releaseBound()))
 	case !refused(err) && !isAbandoned(err) && !res.unsent:
 		// The attempt may have run: if it took the key, give it back.
-		l.forget(ctx, a.key, a.token, a.mode, true, forgetWait)
+		l.withdrawLater(ctx, a.key, a.token, a.mode, true, forgetWait)
 	}
 	return nil, res, failed("acquire", a.key, err)
 }
@@ -97,19 +101,19 @@ func (l *Locker) sendOnce(ctx context.Context, a attemptArgs, r replicas) (attem
 		l.noteErr(err)
 		return res, err
 	}
-	l.chores.begin() // ended when the attempt's outcome is settled
+	l.background.begin() // ended when the attempt's outcome is settled
 	res, err := bounded(ctx, l.direct, func(ctx context.Context) (attemptResult, error) {
 		res, err := l.attemptAcked(ctx, a, r)
 		l.noteErr(err)
 		return res, err
 	}, func(res attemptResult, err error) {
-		defer l.chores.end()
+		defer l.background.end()
 		if sure := err == nil && !res.resent || res.unsent; !sure || res.ours {
-			l.forget(context.Background(), a.key, a.token, a.mode, !sure, 0)
+			l.withdrawLater(context.Background(), a.key, a.token, a.mode, !sure, 0)
 		}
 	})
 	if !isAbandoned(err) {
-		l.chores.end()
+		l.background.end()
 	}
 	return res, err
 }
@@ -118,32 +122,29 @@ func (l *Locker) sendOnce(ctx context.Context, a attemptArgs, r replicas) (attem
 // Obtain, or ctx ends. The line decides what to do next (lines.next); this
 // loop only does it.
 // It also returns how many attempts this Obtain sent.
-func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *options, held *attemptResult) (_ *Lock, attempts int, _ error) {
+func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *options, before *attemptResult) (_ *Lock, attempts int, _ error) {
 	deadline, _ := ctx.Deadline()
-	ln, w := l.lines.join(key, l.wakeFor(key), ttl, deadline, o)
-	if held != nil {
-		l.lines.heldBefore(ln, *held)
+	ln, w := l.lines.enter(key, l.wakeFor(key), ttl, deadline, o)
+	if before != nil {
+		l.lines.blockedBefore(ln, *before)
 	}
 	for {
 		s := l.lines.next(l, ln, w)
 		switch {
 		case s.lock != nil:
 			s.lock.replicas = o.replicas
-			if !s.claim && o.replicas.n == 0 && time.Until(s.lock.Until()) >= w.ttl/2 {
-				return s.lock, attempts, nil
-			}
-			// The lock was handed or passed over with another lease or no
-			// fence, or without an acknowledged write of ours (see
-			// WithReplicas), or less than half of its lease is left (the
-			// waiter woke late): fit renews it.
-			err := l.fit(ctx, s.lock, w.ttl, w.fenced)
+			// The lock may have been handed or passed over with another
+			// lease or no fence, or without an acknowledged write of ours
+			// (see WithReplicas), or with less than half of its lease left
+			// (the waiter woke late): claim renews it then.
+			err := l.claim(ctx, s.lock, w.ttl, w.fenced, s.claim || o.replicas.n > 0)
 			if err == nil {
 				return s.lock, attempts, nil
 			}
 			if !errors.Is(err, errLeaseRanOut) {
 				return nil, attempts, err
 			}
-			ln = l.lines.rejoin(ln, w)
+			ln = l.lines.reenter(ln, w)
 			continue
 		case s.err != nil:
 			l.giveUp(ln, w)
@@ -172,7 +173,7 @@ func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *op
 // its outcome matters to the line's other waiters.
 func (l *Locker) attempt(ln *line, a *attemptArgs) {
 	start := time.Now()
-	l.chores.run(func() {
+	l.background.run(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.releaseBound())
 		defer cancel()
 		res, err := runAttempt(ctx, l.client, l.keys, *a)
@@ -180,64 +181,50 @@ func (l *Locker) attempt(ln *line, a *attemptArgs) {
 	})
 }
 
-// errLeaseRanOut is fit's error when the lease ran out before it could be
+// errLeaseRanOut is claim's error when the lease ran out before it could be
 // renewed: the lock is not held.
 var errLeaseRanOut = errors.New("the lease ran out before the acquire's reply arrived: Redis or the network stalled")
 
-// fit makes the lease of lk, just acquired, fit a request for ttl (and a
-// fence, when fenced and lk has none): it renews the lease to ttl from now,
-// and issues the fence. Acquisitions call it when the lease left is less
-// than half of ttl (the reply came late, or the wait for a hand-off was
-// long), or is of another length than asked for. On failure the key is
-// released (which hands it on) before fit returns, as far as forgetWait and
-// ctx allow (for ErrNotReplicated, which says nothing is held, as far as
-// ctx allows); errLeaseRanOut when it was no longer held.
-func (l *Locker) fit(ctx context.Context, lk *Lock, ttl time.Duration, fenced bool) error {
-	for try := 1; ; try++ {
-		fence := fenced && lk.fence == 0
-		id, gen, _ := lk.setting(ttl)
-		r, err := call(ctx, l, func(ctx context.Context) (renewReply, error) {
-			r := l.renewOne(ctx, lk.refreshArgs(ttl, gen, fence), lk.replicas)
-			lk.settled(id, r.outcome())
-			return r, r.err
-		})
+// claim makes the lease of lk, just acquired, fit a request for ttl: at
+// least half of ttl left when it returns (a late reply, or a long wait for
+// a hand-off, leaves less), and a fence when fenced. With force it renews
+// the lease at least once: a lock handed or passed over with another lease
+// or no fence, or whose write replicas must acknowledge (WithReplicas). It
+// renews the lease to ttl from now (see setLease), at most maxClaims times:
+// a ttl shorter than about two round trips to Redis never gets there, and
+// must not loop for as long as ctx lasts. On failure the key is given back
+// (which hands it on) before claim returns, as far as forgetWait and ctx
+// allow (for ErrNotReplicated, which says nothing is held, as far as ctx
+// allows); errLeaseRanOut when it was no longer held.
+func (l *Locker) claim(ctx context.Context, lk *Lock, ttl time.Duration, fenced, force bool) error {
+	for try := 0; force || time.Until(lk.Until()) < ttl/2 || fenced && lk.fence == 0; try++ {
+		if try == maxClaims {
+			await(ctx, l.releaseLater(lk), forgetWait)
+			return failed("acquire", lk.key, errTTLTooShort)
+		}
+		force = false
+		r, err := lk.setLease(ctx, ttl, fenced && lk.fence == 0)
 		switch {
 		case err == nil && r.code == 0:
 			lk.lapse()
+			l.releaseLater(lk) // on a quorum, masters of a minority may hold it still
 			return failed("acquire", lk.key, errLeaseRanOut)
 		case errors.Is(err, ErrNotReplicated):
 			// Nothing is held once ErrNotReplicated returns.
-			return failed("acquire", lk.key, released(err, await(ctx, l.releaseLater(lk), l.releaseBound())))
+			return failed("acquire", lk.key, givenBack(err, await(ctx, l.releaseLater(lk), l.releaseBound())))
 		case err != nil:
 			await(ctx, l.releaseLater(lk), forgetWait)
 			return failed("acquire", lk.key, err)
 		}
-		if r.code == 1 {
-			lk.mu.Lock()
-			if fence {
-				lk.fence = r.fence
-			}
-			lk.mu.Unlock()
-			lk.newGeneration(ttl)
-		}
-		if time.Until(lk.Until()) >= ttl/2 && (!fenced || lk.fence > 0) {
-			return nil
-		}
-		// The reply came so late that little of the lease is left: renew
-		// again, a few times.
-		if try == maxFits {
-			await(ctx, l.releaseLater(lk), forgetWait)
-			return failed("acquire", lk.key, errTTLTooShort)
-		}
 	}
+	return nil
 }
 
-// maxFits bounds the renewals an acquisition makes to get half its ttl
-// (see fit): a ttl shorter than about two round trips to Redis never gets
-// there, and must not loop for as long as ctx lasts.
-const maxFits = 3
+// maxClaims bounds the renewals an acquisition makes to get half its ttl
+// (see claim).
+const maxClaims = 3
 
-// errTTLTooShort is an acquisition's error when maxFits renewals in a row
+// errTTLTooShort is an acquisition's error when maxClaims renewals in a row
 // left less than half of the ttl by the time their replies came.
 var errTTLTooShort = fmt.Errorf("%w: too short for this Redis: after 3 renewals in a row, less than half of it was left when the reply came (round trips take about half the ttl or more); use a longer ttl", ErrInvalidTTL)
 
@@ -247,7 +234,7 @@ var errTTLTooShort = fmt.Errorf("%w: too short for this Redis: after 3 renewals 
 // attempt, nil when that found the key held by another owner, and then
 // what the latest reply said of the holder's lease left (see blockedFor).
 func (l *Locker) giveUp(ln *line, w *waiter) (held time.Duration, last error) {
-	lk, held, last := l.lines.leave(l, ln, w)
+	lk, held, last := l.lines.quit(l, ln, w)
 	if lk != nil {
 		l.releaseLater(lk)
 	}
@@ -261,18 +248,25 @@ func (l *Locker) releaseLater(lk *Lock) <-chan struct{} {
 	done := make(chan struct{})
 	_ = lk.beginRelease()
 	lk.stopKeeping()
-	if l.lines.pass(lk) {
+	passed, lined := l.lines.pass(lk)
+	if passed {
 		l.handedOff(context.Background(), lk.key, true, 1)
 		close(done)
 		return done
 	}
 	lk.markReleased()
-	l.chores.begin()
+	l.background.begin()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.releaseBound())
-		_, n, _ := l.masters.release(ctx, lk)
+		n, reply := 0, dropReply{code: replyNotPlain}
+		if !lined && lk.droppable() {
+			reply, _ = lk.drop(ctx)
+		}
+		if reply.code == replyNotPlain {
+			_, n, _ = l.backend.release(ctx, lk)
+		}
 		cancel()
-		l.chores.end() // Shutdown waits for Redis, not for the hook
+		l.background.end() // Shutdown waits for Redis, not for the hook
 		close(done)
 		l.handedOff(context.Background(), lk.key, false, n)
 	}()
@@ -283,9 +277,9 @@ func (l *Locker) releaseLater(lk *Lock) <-chan struct{} {
 // another owner; cause is the ctx error that ended the wait, or nil; held
 // is the holder's lease left, as the latest reply said (see blockedFor):
 // -1ms when the key has no expiry.
-func notObtained(key string, cause error, held time.Duration) error {
+func notObtained(key string, cause error, blocked time.Duration) error {
 	owner := "another owner"
-	if held == -time.Millisecond {
+	if blocked == -time.Millisecond {
 		owner = "another owner without an expiry: it will not be released by itself (see Locker.Inspect)"
 	}
 	if cause == nil {
@@ -302,17 +296,17 @@ const (
 	forgetTimeout = 5 * time.Second
 )
 
-// forget deletes the key if it holds token (handing it on to the next in
+// withdrawLater deletes the key if it holds token (handing it on to the next in
 // line), takes token out of line, and with spend marks it spent, so that a
 // copy of an attempt that go-redis sent again and that runs later takes
-// nothing (see leave). It ignores the outcome: a lease that is left
+// nothing (see release.lua). It ignores the outcome: a lease that is left
 // expires by itself. It waits for that at most wait, and not past the end
 // of ctx, and reports whether it is done.
-func (l *Locker) forget(ctx context.Context, key, token string, m lockMode, spend bool, wait time.Duration) bool {
+func (l *Locker) withdrawLater(ctx context.Context, key, token string, m lockMode, spend bool, wait time.Duration) bool {
 	done := make(chan struct{})
-	l.chores.run(func() {
+	l.background.run(func() {
 		defer close(done)
-		l.leave(key, token, m, spend)
+		l.withdraw(key, token, m, spend)
 	})
 	return await(ctx, done, wait)
 }
@@ -336,9 +330,9 @@ func await(ctx context.Context, done <-chan struct{}, d time.Duration) bool {
 	}
 }
 
-// released is the error err of an acquisition whose lock was given back:
+// givenBack is the error err of an acquisition whose lock was given back:
 // when the release is done, and when it goes on.
-func released(err error, done bool) error {
+func givenBack(err error, done bool) error {
 	if done {
 		return fmt.Errorf("%w; the lock was released", err)
 	}
@@ -360,4 +354,36 @@ func sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) error {
 	case <-timeout:
 	}
 	return nil
+}
+
+// acquire takes a plain lock with one command when it can (see the note at the top of scripts.go),
+// and else waits in the key's line (see Locker.queue).
+func (d deployment) acquire(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, int, error) {
+	l := d.l
+	if o.wait == 0 {
+		return l.try(ctx, key, ttl, o)
+	}
+	if !o.plain() || l.lines.busy(key) {
+		return l.queue(ctx, key, ttl, o, nil)
+	}
+	lk, res, err := l.once(ctx, l.attemptArgs(key, ttl, o), o)
+	switch {
+	case lk != nil:
+		return lk, 1, nil
+	case isAbandoned(err):
+		return nil, 1, waitFailed(key, ctx.Err(), l.lastFailure(errNoAnswer))
+	case err != nil && ctx.Err() != nil:
+		return nil, 1, waitFailed(key, ctx.Err(), err)
+	case err != nil && (permanent(err) || errors.Is(err, ErrNotReplicated)):
+		return nil, 1, err
+	}
+	// Held by another owner, not plain, or a failure that waiting may
+	// cure (the line tries again after its backoff): the line decides,
+	// knowing that Redis answered when it did.
+	var held *attemptResult
+	if err == nil && !res.notPlain {
+		held = &res
+	}
+	lk, n, err := l.queue(ctx, key, ttl, o, held)
+	return lk, n + 1, err
 }

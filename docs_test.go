@@ -3,7 +3,10 @@ package redislock_test
 import (
 	"bytes"
 	"fmt"
+	"go/ast"
 	"go/format"
+	"go/parser"
+	"go/token"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -278,4 +281,114 @@ func TestDocs_README(t *testing.T) {
 	if string(formatted) != prog {
 		t.Error("README.md: the quickstart is not gofmt-formatted")
 	}
+}
+
+// Comments name only what exists: every "see X" in a comment of the
+// package (and every `X` in backquotes) where X looks like a name is a
+// declaration of the package (Name, Type.Member, or a member on its own), a
+// file of the repository (scripts.go, lua/take.lua, docs/...), or a name of
+// a package the code imports (context.Cause). A comment that names a script
+// or a function that is gone fails here.
+func TestDocs_CommentsNameWhatExists(t *testing.T) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	imports := map[string]bool{}
+	var files []*ast.File
+	for _, p := range pkgs {
+		for _, f := range p.Files {
+			files = append(files, f)
+			for _, im := range f.Imports {
+				path := strings.Trim(im.Path.Value, `"`)
+				imports[path[strings.LastIndex(path, "/")+1:]] = true
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				switch n := n.(type) {
+				case *ast.FuncDecl:
+					names[n.Name.Name] = true
+					if n.Recv != nil && len(n.Recv.List) > 0 {
+						names[recvName(n.Recv.List[0].Type)+"."+n.Name.Name] = true
+					}
+				case *ast.TypeSpec:
+					names[n.Name.Name] = true
+					switch tt := n.Type.(type) {
+					case *ast.StructType:
+						for _, fl := range tt.Fields.List {
+							for _, id := range fl.Names {
+								names[id.Name], names[n.Name.Name+"."+id.Name] = true, true
+							}
+						}
+					case *ast.InterfaceType:
+						for _, m := range tt.Methods.List {
+							for _, id := range m.Names {
+								names[id.Name], names[n.Name.Name+"."+id.Name] = true, true
+							}
+						}
+					}
+				case *ast.ValueSpec:
+					for _, id := range n.Names {
+						names[id.Name] = true
+					}
+				}
+				return true
+			})
+		}
+	}
+	luaFiles, _ := filepath.Glob(filepath.Join("lua", "*.lua"))
+	for _, f := range luaFiles { // the scripts' functions, named from Go's comments too
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`local function (\w+)`).FindAllStringSubmatch(string(b), -1) {
+			names[m[1]] = true
+		}
+	}
+	words := map[string]bool{"the": true, "above": true, "below": true, "go-redis": true, "its": true, "their": true, "how": true, "what": true, "why": true, "when": true, "which": true, "where": true, "each": true, "a": true, "an": true, "that": true, "this": true, "it": true, "them": true, "also": true, "also:": true}
+	ref := regexp.MustCompile("\\bsee ([A-Za-z_][A-Za-z0-9_./-]*[A-Za-z0-9_])|`([A-Za-z_][A-Za-z0-9_./-]*)`")
+	resolves := func(x string) bool {
+		if words[x] || names[x] {
+			return true
+		}
+		if _, err := os.Stat(x); err == nil {
+			return true
+		}
+		if _, err := os.Stat(filepath.Join("lua", x)); err == nil {
+			return true
+		}
+		if pkg, name, ok := strings.Cut(x, "."); ok && imports[pkg] && name != "" {
+			return true
+		}
+		if _, member, ok := strings.Cut(x, "."); ok && names[member] {
+			return true // a member of a value: lk.clock, ln.hold
+		}
+		return false
+	}
+	for _, f := range files {
+		for _, cg := range f.Comments {
+			for _, c := range cg.List {
+				for _, m := range ref.FindAllStringSubmatch(c.Text, -1) {
+					if x := m[1] + m[2]; !resolves(x) {
+						t.Errorf("%s: a comment names %q, which is not a name of the package, a file, or an imported package's name", fset.Position(c.Pos()), x)
+					}
+				}
+			}
+		}
+	}
+}
+
+// recvName is the type name of a method's receiver.
+func recvName(e ast.Expr) string {
+	switch e := e.(type) {
+	case *ast.StarExpr:
+		return recvName(e.X)
+	case *ast.IndexExpr:
+		return recvName(e.X)
+	case *ast.Ident:
+		return e.Name
+	}
+	return ""
 }

@@ -73,7 +73,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (Info, error) {
 		return Info{}, err
 	}
 	info, err := call(ctx, l, func(ctx context.Context) (Info, error) {
-		return l.masters.inspect(ctx, key)
+		return l.backend.inspect(ctx, key)
 	})
 	if err != nil {
 		return Info{}, failed("inspect", key, err)

@@ -3,7 +3,6 @@ package redislock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -412,20 +411,19 @@ func (k *keeper) due(l *Locker, run *keeperRun) (batches [][]renewalSend, next t
 // settles them when the replies are in.
 func (k *keeper) renew(l *Locker, sends []renewalSend) {
 	var batch []renewalSend
+	var sets []leaseSet
 	var calls []refreshArgs
-	var ids []uint64
 	bound := time.Hour
 	for _, s := range sends {
 		until, ttl := s.r.lk.lease()
-		id, gen, ok := s.r.lk.setting(ttl)
-		if !ok { // released meanwhile
+		set, ok := s.r.lk.beginSet(ttl, false)
+		if !ok { // released or lost meanwhile
 			k.mu.Lock()
 			s.r.inflight--
 			k.mu.Unlock()
 			continue
 		}
-		batch, ids = append(batch, s), append(ids, id)
-		calls = append(calls, s.r.lk.refreshArgs(ttl, gen, false))
+		batch, sets, calls = append(batch, s), append(sets, set), append(calls, set.args)
 		bound = min(bound, time.Until(until))
 	}
 	if len(batch) == 0 {
@@ -434,9 +432,9 @@ func (k *keeper) renew(l *Locker, sends []renewalSend) {
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), max(bound, renewRetry))
 	defer cancel()
-	replies := l.masters.renew(ctx, calls, batch[0].r.lk.replicas)
+	replies := l.backend.renew(ctx, calls, batch[0].r.lk.replicas)
 	for i, s := range batch {
-		s.r.lk.settled(ids[i], replies[i].outcome())
+		sets[i].done(replies[i])
 		if replies[i].code == 0 {
 			s.r.lk.markLost(s.r.ctx)
 		}
@@ -483,161 +481,4 @@ func (l *Locker) nodeOf(key string) string {
 		return "slot " + strconv.Itoa(int(slot(hashPart(key))))
 	}
 	return node.Options().Addr
-}
-
-// noteErr asks a ClusterClient to reload its slot map after a command
-// failed on the network, or was redirected: go-redis does so by itself
-// after MOVED replies to its own routing, not after a master died, nor for
-// commands sent to one master's client (WithReplicas), and a failover would
-// otherwise go unseen for up to 10 s. (ReloadState only marks the map for a
-// reload in the background.)
-func (l *Locker) noteErr(err error) {
-	if err == nil || (refused(err) && !redirected(err)) || isCtxErr(err) {
-		return
-	}
-	l.failure.Store(&failure{err: err, at: time.Now()})
-	if c, ok := l.client.(*redis.ClusterClient); ok {
-		c.ReloadState(context.Background())
-	}
-}
-
-// A failure is the latest error a command of a Locker failed with on the
-// network or in go-redis (not a refusal: see noteErr), and when.
-type failure struct {
-	err error
-	at  time.Time
-}
-
-// lastFailure adds to noAnswer, the error of a wait whose attempts Redis did
-// not answer, the failure of the Locker's latest command that failed within
-// the last recentFailure, if any: a wait that ends while its attempt is
-// still in flight (go-redis redials) still says why, with go-redis's error
-// in the chain (errors.As finds a *net.OpError).
-func (l *Locker) lastFailure(noAnswer error) error {
-	if f := l.failure.Load(); f != nil && time.Since(f.at) < recentFailure {
-		return fmt.Errorf("%w (the latest command failed: %w)", noAnswer, f.err)
-	}
-	return noAnswer
-}
-
-// recentFailure is how recent a failure lastFailure reports is.
-const recentFailure = 10 * time.Second
-
-// redirected reports whether err is a Cluster's redirection (MOVED, ASK):
-// the node does not serve the key now. go-redis follows it by itself, but
-// not for a command sent to one node's client (see Locker.writer).
-func redirected(err error) bool {
-	return moved(err) || redis.HasErrorPrefix(err, "ASK")
-}
-
-// moved reports whether err is MOVED: the key's slot has another master
-// (a failover), which the slot map will name once reloaded. (ASK, a slot
-// being migrated, changes no map until the migration ends: a write
-// WithReplicas then fails; see docs/fault-tolerance.md.)
-func moved(err error) bool {
-	return redis.HasErrorPrefix(err, "MOVED")
-}
-
-// isCtxErr reports whether err is a context's end.
-func isCtxErr(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
-}
-
-// A renewReply is the reply to one renewal: code 1 (renewed, with fence
-// when one was asked for), 2 (held, but a command of a later generation
-// had run: not renewed), 0 (lost), or -1 (failed with err: it may have
-// run, or run later).
-type renewReply struct {
-	code  int64
-	fence int64
-	err   error
-}
-
-// outcome is the reply's outcome for the lease clock.
-func (r renewReply) outcome() outcome {
-	switch r.code {
-	case 1:
-		return outcomeSet
-	case -1:
-		return outcomeUnknown
-	}
-	return outcomeNotSet
-}
-
-// event is the reply's outcome for Hooks.Renew.
-func (r renewReply) event() Outcome {
-	switch r.code {
-	case 1:
-		return OutcomeRenewed
-	case 2:
-		return OutcomeSuperseded
-	case 0:
-		return OutcomeLost
-	}
-	return OutcomeError
-}
-
-// renewAll is deployment.renew: it runs renewScript (holderRefreshScript)
-// for each of calls in one pipeline, acknowledged by replicas as r asks.
-//
-// With replicas on a Cluster whose slot moved (a failover), the renewals the
-// old master answered MOVED ran nowhere (go-redis does not follow MOVED for
-// one master's client): they are sent once more, when the slot map names
-// the new master (see Locker.acked).
-func (l *Locker) renewAll(ctx context.Context, calls []refreshArgs, r replicas) []renewReply {
-	return l.renewOn(ctx, calls, r, r.n > 0)
-}
-
-// renewOn is renewAll, which sends the renewals answered MOVED again when
-// reroute is true.
-func (l *Locker) renewOn(ctx context.Context, calls []refreshArgs, r replicas, reroute bool) []renewReply {
-	replies := make([]renewReply, len(calls))
-	rkey := l.keys.lock(calls[0].key)
-	c, err := l.writer(ctx, rkey, r)
-	if err != nil {
-		for i := range replies {
-			replies[i] = renewReply{code: -1, err: failed("renew", calls[i].key, err)}
-		}
-		return replies
-	}
-	run := make([]scriptCall, len(calls))
-	for i, a := range calls {
-		run[i] = a.call(l.keys)
-	}
-	cmds, _, acked, err := runPipeline(ctx, c, run, r)
-	l.noteErr(err)
-	var again []refreshArgs
-	var at []int
-	for i, cmd := range cmds {
-		if reroute && moved(cmd.Err()) {
-			again, at = append(again, calls[i]), append(at, i)
-			continue
-		}
-		replies[i] = renewReplyOf(cmd, calls[i].key, r, acked)
-	}
-	if len(again) > 0 {
-		l.noteErr(cmds[at[0]].Err()) // err may be another command's
-		l.rerouted(ctx, rkey, c)
-		for j, reply := range l.renewOn(ctx, again, r, false) {
-			replies[at[j]] = reply
-		}
-	}
-	return replies
-}
-
-// renewReplyOf is the reply to a renewal of key that answered cmd, in a
-// pipeline that acked replicas acknowledged (r asks for r.n).
-func renewReplyOf(cmd *redis.Cmd, key string, r replicas, acked int64) renewReply {
-	res, err := parseRefresh(cmd)
-	switch {
-	case err != nil:
-		return renewReply{code: -1, err: failed("renew", key, err)}
-	case res.set && int(acked) < r.n:
-		return renewReply{code: -1, err: failed("renew", key, notReplicated(r, acked, "the renewal does not count"))}
-	case res.set:
-		return renewReply{code: 1, fence: res.fence}
-	case res.held:
-		return renewReply{code: 2}
-	}
-	return renewReply{}
 }

@@ -56,7 +56,7 @@ const (
 	placesKind  = "places"  // each place's deadline, lease, mode and channel; and the spent mark flag
 	gensKind    = "gens"    // the generations of the holders' leases
 	holdersKind = "holders" // the holders' descriptions (WithHolder)
-	spentKind   = "spent"   // followed by ":" and a token: the token is spent (see spendLua)
+	spentKind   = "spent"   // followed by ":" and a token: the token is spent (see spend.lua)
 )
 
 // A keyspace names the keys and channels a Locker uses in Redis. Its

@@ -20,7 +20,7 @@ import (
 // waiters take turns in the order they came.
 //
 //   - Direct hand-off. A release that finds places in line gives the key to
-//     the first of them in the same script (releaseScript): the key then
+//     the first of them in the same script (release.lua): the key then
 //     holds that line's token, and the hand-off is announced on the wake
 //     channel of the line's Locker, or, for the releasing Locker's own line,
 //     in the release's reply. The head already holds the lock when it hears
@@ -52,12 +52,12 @@ import (
 //     it on). If a command carrying its token may still run (one is in
 //     flight, or go-redis sent one twice: see counted), the
 //     clean-up also marks the token spent, and a spent token's attempts
-//     take nothing (see spendLua), so that no late command puts the place
+//     take nothing (see spend.lua), so that no late command puts the place
 //     back. A waiter that dies (killed, or gone without Shutdown) keeps its
 //     place until the place lapses, placeLease after its last renewal, and
 //     a hand-off to it meanwhile holds the key until then at most: a
 //     hand-off gives a place's waiter its lease only up to the place's
-//     deadline (see handoffLua), the time it proved it was alive for. So a
+//     deadline (see handOff in line.lua), the time it proved it was alive for. So a
 //     dead waiter costs the line at most placeLease and a round trip, never
 //     its ttl; a live one claims its ttl before its Obtain returns (below).
 //
@@ -80,7 +80,7 @@ import (
 // late), or that wants another
 // lease or a fence than the place asked for (the first waiter of the line
 // changed), claims it before its Obtain returns: a refresh, the lease then
-// measured from when it was sent (see Locker.fit).
+// measured from when it was sent (see Locker.claim).
 const (
 	// placeLease is how long a place in line is kept after the command that
 	// took or renewed it: how long a dead waiter can hold up a line.
@@ -111,12 +111,12 @@ var errNoAnswer = errors.New("Redis did not answer")
 // every waiter's outcome and the subscriptions. Lock order: lines.mu before
 // any Lock.mu, never after.
 type lines struct {
-	mu      sync.Mutex
-	byKey   map[string]*line         // the lines of exclusive waiters
-	byToken map[string]*line         // the lines of one shared or permit waiter each
-	subs    map[string]*subscription // by channel: started when a line takes a place; retires when idle
-	started []*subscription          // those started, retired or not, that may not have ended
-	quit    bool                     // Shutdown waits: subscriptions retire once idle, without lingering
+	mu           sync.Mutex
+	byKey        map[string]*line         // the lines of exclusive waiters
+	byToken      map[string]*line         // the lines of one shared or permit waiter each
+	subs         map[string]*subscription // by channel: started when a line takes a place; retires when idle
+	started      []*subscription          // those started, retired or not, that may not have ended
+	shuttingDown bool                     // Shutdown waits: subscriptions retire once idle, without lingering
 }
 
 // placeState is what a line knows of its place in Redis.
@@ -138,24 +138,24 @@ type line struct {
 	waiters []*waiter // first in line first
 	token   string    // the line's place, and the key's value once handed to it
 
-	place    placeState
-	joined   bool                   // an attempt to take a place with token was sent: later ones renew it
-	base     time.Time              // when the latest command that confirmed the place was sent
-	renewAt  time.Time              // when the head renews the place
-	holdEnd  time.Time              // when the holder's lease ends, as the latest reply said; zero: unknown
-	held     time.Duration          // the holder's lease left, as the latest reply said (see blockedFor)
-	check    bool                   // a hand-off may have gone unheard: the head asks Redis
-	handed   *handoff               // the key was handed to token; applied once the place is confirmed
-	inflight int                    // attempts carrying token that have not returned
-	sent     time.Time              // when the latest attempt was sent
-	first    time.Time              // when token's first attempt (which took its place) was sent
-	opening  *firstAttempt          // token's first attempt
-	pending  map[string]*time.Timer // given-up tokens whose clean-up waits for their first attempt's reply
-	asked    time.Time              // when the first attempt sent since the latest reply was sent; zero: none
-	heard    time.Time              // when the latest reply came (of any token of the line)
-	placedc  chan struct{}          // closed when a reply for token comes, or the line leaves it (see placing)
-	gaveUp   string                 // the latest token whose place the line gave up (see retoken)
-	lastErr  error                  // the error of the latest attempt; nil when it found the key held
+	place        placeState
+	placeSent    bool                   // an attempt to take a place with token was sent: later ones renew it
+	base         time.Time              // when the latest command that confirmed the place was sent
+	renewAt      time.Time              // when the head renews the place
+	holdEnd      time.Time              // when the holder's lease ends, as the latest reply said; zero: unknown
+	blockedFor   time.Duration          // the holder's lease left, as the latest reply said (see blockedFor)
+	check        bool                   // a hand-off may have gone unheard: the head asks Redis
+	handed       *handoff               // the key was handed to token; applied once the place is confirmed
+	inflight     int                    // attempts carrying token that have not returned
+	sent         time.Time              // when the latest attempt was sent
+	firstSent    time.Time              // when token's first attempt (which took its place) was sent
+	firstAttempt *firstAttempt          // token's first attempt
+	pending      map[string]*time.Timer // given-up tokens whose clean-up waits for their first attempt's reply
+	asked        time.Time              // when the first attempt sent since the latest reply was sent; zero: none
+	heard        time.Time              // when the latest reply came (of any token of the line)
+	placedc      chan struct{}          // closed when a reply for token comes, or the line leaves it (see placing)
+	gaveUp       string                 // the latest token whose place the line gave up (see replaceToken)
+	lastErr      error                  // the error of the latest attempt; nil when it found the key held
 
 	hold   *Lock       // this Locker's lock on the key, got through the line
 	passes int         // passes left for hold
@@ -188,18 +188,18 @@ func (w *waiter) poke() {
 	}
 }
 
-// join puts a waiter for key, whose Obtain ends at deadline (zero: none),
+// enter puts a waiter for key, whose Obtain ends at deadline (zero: none),
 // at the end of its line. Exclusive waiters of a Locker share a line per
 // key; a shared or permit waiter has a line of its own, since each holder
 // has its own token in Redis (and passes are only between exclusive
 // waiters). A line that nobody waits in has no place in Redis (see
 // settle): a waiter that comes back later is in line behind those that
 // came meanwhile.
-func (ls *lines) join(key string, wake wakeup, ttl time.Duration, deadline time.Time, o *options) (*line, *waiter) {
+func (ls *lines) enter(key string, wake wakeup, ttl time.Duration, deadline time.Time, o *options) (*line, *waiter) {
 	w := &waiter{ttl: ttl, fenced: o.fencing, deadline: deadline, wake: make(chan struct{}, 1), min: o.minBackoff, max: o.maxBackoff, poll: o.minBackoff}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	ls.quit = false
+	ls.shuttingDown = false
 	var ln *line
 	if o.mode.exclusive() {
 		ln = ls.lineFor(key, wake)
@@ -213,13 +213,13 @@ func (ls *lines) join(key string, wake wakeup, ttl time.Duration, deadline time.
 // ownLine makes the line of one shared or permit waiter.
 func (ls *lines) ownLine(key string, wake wakeup, m lockMode) *line {
 	ln := &line{key: key, mode: m, wake: wake, own: true, lastErr: errNoAnswer}
-	ls.renewToken(ln)
+	ls.freshToken(ln)
 	return ln
 }
 
-// rejoin puts w, whose lock was lost before it could claim it, back at the
+// reenter puts w, whose lock was lost before it could claim it, back at the
 // front of its line (a new line, for a shared or permit waiter).
-func (ls *lines) rejoin(ln *line, w *waiter) *line {
+func (ls *lines) reenter(ln *line, w *waiter) *line {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	w.lock, w.claim = nil, false
@@ -240,7 +240,7 @@ func (ls *lines) lineFor(key string, wake wakeup) *line {
 			ls.byKey = make(map[string]*line)
 		}
 		ln = &line{key: key, wake: wake, lastErr: errNoAnswer}
-		ls.renewToken(ln)
+		ls.freshToken(ln)
 		ls.byKey[key] = ln
 	}
 	return ln
@@ -252,17 +252,17 @@ func (ls *lines) busy(key string) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln := ls.byKey[key]
-	return ln != nil && (len(ln.waiters) > 0 || holding(ln))
+	return ln != nil && (len(ln.waiters) > 0 || hasHold(ln))
 }
 
-// holding reports whether ln's hold still has a lease.
-func holding(ln *line) bool {
+// hasHold reports whether ln's hold still has a lease.
+func hasHold(ln *line) bool {
 	if ln.hold == nil {
 		return false
 	}
 	ln.hold.mu.Lock()
 	defer ln.hold.mu.Unlock()
-	return !ln.hold.released && time.Until(ln.hold.clock.until) > 0
+	return !ln.hold.released && time.Until(ln.hold.heldUntil()) > 0
 }
 
 // step is what a waiter does next (see lines.next).
@@ -319,7 +319,7 @@ func (ls *lines) next(l *Locker, ln *line, w *waiter) step {
 // lastLook is when the head asks Redis once more before the first of its
 // line's waiters gives up, unless a reply came after that: so that a wait
 // that ends has a reply at most 2 silences old, or an attempt unanswered
-// for at least a silence (see leave). Zero when there is no such deadline.
+// for at least a silence (see quit). Zero when there is no such deadline.
 func lastLook(ln *line, silence time.Duration) time.Time {
 	var first time.Time
 	for _, w := range ln.waiters {
@@ -357,15 +357,15 @@ func (ls *lines) send(l *Locker, ln *line, w *waiter, now time.Time) *attemptArg
 	if ln.asked.IsZero() {
 		ln.asked = now
 	}
-	if !ln.joined {
-		ln.first = now
-		ln.opening.out.Store(true)
+	if !ln.placeSent {
+		ln.firstSent = now
+		ln.firstAttempt.out.Store(true)
 	}
-	a := &attemptArgs{key: ln.key, token: ln.token, holder: l.opts.holder, ttl: w.ttl, fenced: w.fenced, mode: ln.mode, place: placeLease, renew: ln.joined, wake: ln.wake}
+	a := &attemptArgs{key: ln.key, token: ln.token, holder: l.opts.holder, ttl: w.ttl, fenced: w.fenced, mode: ln.mode, place: placeLease, renew: ln.placeSent, wake: ln.wake}
 	if !a.renew {
-		a.first = ln.opening
+		a.firstAttempt = ln.firstAttempt
 	}
-	ln.joined = true
+	ln.placeSent = true
 	return a
 }
 
@@ -376,17 +376,17 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 	ln.inflight--
 	l.noteErr(err)
 	ln.heard = time.Now()
-	a.first.returned(res, err)
+	a.firstAttempt.returned(res, err)
 	if a.token != ln.token {
 		// The line has left the token (it was granted the key, or spent):
 		// nothing of this reply applies, but to a clean-up that waits for it.
-		if t := ln.pending[a.token]; t != nil && a.first != nil && t.Stop() {
+		if t := ln.pending[a.token]; t != nil && a.firstAttempt != nil && t.Stop() {
 			delete(ln.pending, a.token)
-			spend := a.first.mayRun()
-			l.chores.run(func() { l.leave(ln.key, a.token, ln.mode, spend) })
-			l.chores.end() // the wait for the reply
+			spend := a.firstAttempt.mayRun()
+			l.background.run(func() { l.withdraw(ln.key, a.token, ln.mode, spend) })
+			l.background.end() // the wait for the reply
 		}
-		ls.settle(l, ln)
+		ls.update(l, ln)
 		return
 	}
 	now := ln.heard
@@ -409,10 +409,10 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 		// The place lapsed, or a hand-off to it went unheard and its lease
 		// ran out: the token is spent. Take a new place with a new one.
 		ln.place = noPlace
-		ls.retoken(l, ln)
+		ls.replaceToken(l, ln)
 	case err == nil:
 		ls.placed(l, ln, start)
-		ln.holdEnd, ln.held = time.Time{}, res.pttl
+		ln.holdEnd, ln.blockedFor = time.Time{}, res.pttl
 		if res.pttl >= 0 {
 			ln.holdEnd = time.Now().Add(res.pttl)
 		}
@@ -429,7 +429,7 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 	default:
 		ln.place = placeUnknown
 	}
-	ls.settle(l, ln)
+	ls.update(l, ln)
 }
 
 // placed records that a command sent at start confirmed the line's place.
@@ -448,15 +448,15 @@ func (ls *lines) placed(l *Locker, ln *line, start time.Time) {
 	}
 }
 
-// heldBefore records what an attempt made before the line was joined (a
+// blockedBefore records what an attempt made before the line was joined (a
 // plain lock's: see deployment.acquire) found: the key held, with res.pttl
 // left, and Redis answering. ln takes it as its latest reply until one of
 // its own comes.
-func (ls *lines) heldBefore(ln *line, res attemptResult) {
+func (ls *lines) blockedBefore(ln *line, res attemptResult) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ln.heard.IsZero() {
-		ln.heard, ln.lastErr, ln.held = time.Now(), nil, res.pttl
+		ln.heard, ln.lastErr, ln.blockedFor = time.Now(), nil, res.pttl
 	}
 }
 
@@ -474,50 +474,50 @@ func (ls *lines) grant(ln *line, lk *Lock) {
 	}
 	w := ln.waiters[0]
 	ln.waiters = ln.waiters[1:]
-	lk.lined, lk.first = true, ln.opening
+	lk.lined, lk.firstAttempt = true, ln.firstAttempt
 	w.claim = w.ttl != lk.clock.ttl || (w.fenced && lk.fence == 0) || time.Until(lk.clock.until) < w.ttl/2
 	lk.clock.ttl = w.ttl
 	w.lock = lk
 	w.poke()
 	ln.hold, ln.passes, ln.round = lk, maxPasses, time.Now()
-	ls.renewToken(ln)
+	ls.freshToken(ln)
 }
 
-// retoken gives ln a new token, and takes the old one out of Redis's line
-// if it may have a place there (see forget).
-func (ls *lines) retoken(l *Locker, ln *line) {
-	if ln.place != noPlace || ln.inflight > 0 || ln.opening.mayRun() {
+// replaceToken gives ln a new token, and takes the old one out of Redis's line
+// if it may have a place there (see withdrawToken).
+func (ls *lines) replaceToken(l *Locker, ln *line) {
+	if ln.place != noPlace || ln.inflight > 0 || ln.firstAttempt.mayRun() {
 		ln.gaveUp = ln.token
-		ls.forget(l, ln)
+		ls.withdrawToken(l, ln)
 	}
-	ls.renewToken(ln)
+	ls.freshToken(ln)
 }
 
-// forget cleans up ln's token, which the line leaves, in Redis (see
+// withdrawToken cleans up ln's token, which the line leaves, in Redis (see
 // Locker.leave): at once, marking the token spent when its first attempt
 // may run later (see firstAttempt); when that attempt is on its way, once
 // its reply comes, with no mark, since nothing of the token can run after
 // it then — unless the reply takes longer than a silence (Redis stalls),
 // after which it is done at once, with a mark, so that a hand-off to the
 // token's place does not hold the key meanwhile.
-func (ls *lines) forget(l *Locker, ln *line) {
+func (ls *lines) withdrawToken(l *Locker, ln *line) {
 	key, token, m := ln.key, ln.token, ln.mode
-	if !ln.opening.out.Load() {
-		spend := ln.opening.mayRun()
-		l.chores.run(func() { l.leave(key, token, m, spend) })
+	if !ln.firstAttempt.out.Load() {
+		spend := ln.firstAttempt.mayRun()
+		l.background.run(func() { l.withdraw(key, token, m, spend) })
 		return
 	}
 	if ln.pending == nil {
 		ln.pending = make(map[string]*time.Timer)
 	}
-	l.chores.begin() // ended when the clean-up is under way
+	l.background.begin() // ended when the clean-up is under way
 	ln.pending[token] = time.AfterFunc(l.silence(), func() {
 		ls.mu.Lock()
 		defer ls.mu.Unlock()
 		if ln.pending[token] != nil {
 			delete(ln.pending, token)
-			l.chores.run(func() { l.leave(key, token, m, true) })
-			l.chores.end()
+			l.background.run(func() { l.withdraw(key, token, m, true) })
+			l.background.end()
 		}
 	})
 }
@@ -525,9 +525,9 @@ func (ls *lines) forget(l *Locker, ln *line) {
 // A firstAttempt is what is known of the first attempt of a token: the one
 // that may take a free key or a place. While it may still run, the token's
 // clean-up must not run before it, and the lock the token becomes must be
-// marked spent when it is released (see spendLua). The token's later
+// marked spent when it is released (see spend.lua). The token's later
 // attempts (renewals) may run late without harm: they take no free key and
-// no place (see acquireScript). The line and the Lock share it.
+// no place (see acquire.lua). The line and the Lock share it.
 type firstAttempt struct {
 	out    atomic.Bool // sent, and not returned
 	unsure atomic.Bool // it returned, but may run later: its outcome was unknown, or go-redis sent it twice (see counted)
@@ -555,8 +555,8 @@ func (ln *line) unblock() {
 	}
 }
 
-// renewToken gives ln a new token, with no place yet.
-func (ls *lines) renewToken(ln *line) {
+// freshToken gives ln a new token, with no place yet.
+func (ls *lines) freshToken(ln *line) {
 	if ln.own {
 		if ls.byToken == nil {
 			ls.byToken = make(map[string]*line)
@@ -564,26 +564,26 @@ func (ls *lines) renewToken(ln *line) {
 		delete(ls.byToken, ln.token)
 		defer func() { ls.byToken[ln.token] = ln }()
 	}
-	ln.token, ln.place, ln.joined, ln.check, ln.handed, ln.holdEnd = newToken(), noPlace, false, false, nil, time.Time{}
-	ln.opening = &firstAttempt{}
+	ln.token, ln.place, ln.placeSent, ln.check, ln.handed, ln.holdEnd = newToken(), noPlace, false, false, nil, time.Time{}
+	ln.firstAttempt = &firstAttempt{}
 	ln.asked = time.Time{} // replies for the token left are not waited for
 	ln.unblock()
 }
 
-// settle brings the line up to date after a change: it applies a pending
+// update brings the line up to date after a change: it applies a pending
 // hand-off and wakes the head, and once nobody waits, keeps the line for
 // its hold or detaches it and cleans up its place in Redis.
-func (ls *lines) settle(l *Locker, ln *line) {
+func (ls *lines) update(l *Locker, ln *line) {
 	if h := ln.handed; h != nil && len(ln.waiters) > 0 {
 		// The hand-off ran after the command that took the place, the
 		// token's first attempt, sent at ln.first; base, when a reply
 		// confirmed the place, is later still and as good.
-		base := ln.first
+		base := ln.firstSent
 		if ln.place == placed {
 			base = ln.base
 		}
 		switch {
-		case !ln.joined:
+		case !ln.placeSent:
 			ln.check = true // the base is unknown: the head asks Redis
 		case h.fence < 0:
 			ln.handed, ln.place = nil, noPlace
@@ -591,7 +591,7 @@ func (ls *lines) settle(l *Locker, ln *line) {
 		default:
 			ln.handed = nil
 			lk := newLock(l, ln.key, ln.token, ln.mode, h.fence, h.lease, base)
-			lk.clock.until = base.Add(min(h.lease, placeLease)) // the place's deadline bounds it (see handoffLua)
+			lk.clock.until = base.Add(min(h.lease, placeLease)) // the place's deadline bounds it (see handOff in line.lua)
 			ls.grant(ln, lk)
 		}
 	}
@@ -599,20 +599,20 @@ func (ls *lines) settle(l *Locker, ln *line) {
 		ln.waiters[0].poke()
 		return
 	}
-	if !ln.detached && !ln.own && ln.handed == nil && holding(ln) {
+	if !ln.detached && !ln.own && ln.handed == nil && hasHold(ln) {
 		// Nobody waits: the line keeps its hold (for the Locker's next
 		// Obtain to be passed it), not its place in Redis.
-		if ln.place != noPlace || ln.inflight > 0 || ln.opening.mayRun() {
-			ls.retoken(l, ln)
+		if ln.place != noPlace || ln.inflight > 0 || ln.firstAttempt.mayRun() {
+			ls.replaceToken(l, ln)
 		}
 		ls.keepFor(l, ln)
 		return
 	}
 	ls.detach(ln)
-	if ln.token != "" && (ln.place != noPlace || ln.handed != nil || ln.inflight > 0 || ln.opening.mayRun()) {
-		// Clean up (see forget); replies to come are for a token the line
+	if ln.token != "" && (ln.place != noPlace || ln.handed != nil || ln.inflight > 0 || ln.firstAttempt.mayRun()) {
+		// Clean up (see withdrawToken); replies to come are for a token the line
 		// has left.
-		ls.forget(l, ln)
+		ls.withdrawToken(l, ln)
 		ln.token, ln.place, ln.handed = "", noPlace, nil
 	}
 }
@@ -626,7 +626,7 @@ func (ls *lines) keepFor(l *Locker, ln *line) {
 		ln.expiry = time.AfterFunc(d, func() {
 			ls.mu.Lock()
 			defer ls.mu.Unlock()
-			ls.settle(l, ln)
+			ls.update(l, ln)
 		})
 		return
 	}
@@ -657,13 +657,13 @@ func (w *waiter) fail(err error) {
 	w.poke()
 }
 
-// leave takes w, whose Obtain gives up, out of its line. It returns the lock
+// quit takes w, whose Obtain gives up, out of its line. It returns the lock
 // if one was handed or passed to w meanwhile (the caller releases it, which
 // passes it on), and the error of the line's latest attempt: nil when it
 // found the key held (held is then the holder's lease left, as it said),
 // unless an attempt sent since has gone unanswered for a silence (Redis
 // stopped answering: that is no contention).
-func (ls *lines) leave(l *Locker, ln *line, w *waiter) (lk *Lock, held time.Duration, last error) {
+func (ls *lines) quit(l *Locker, ln *line, w *waiter) (lk *Lock, held time.Duration, last error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if w.lock != nil {
@@ -682,30 +682,38 @@ func (ls *lines) leave(l *Locker, ln *line, w *waiter) (lk *Lock, held time.Dura
 	if errors.Is(last, errNoAnswer) {
 		last = l.lastFailure(last)
 	}
-	held = ln.held
-	ls.settle(l, ln)
+	held = ln.blockedFor
+	ls.update(l, ln)
 	return nil, held, last
 }
 
 // pass gives lk to the head of its line, without a round trip, if lk is the
-// line's hold and the head may have it (see the note at the top). lk is
-// released when pass returns true.
-func (ls *lines) pass(lk *Lock) bool {
+// line's hold (see adopt) and the head may have it (see the note at the
+// top): passed reports that lk is released, and the head has it. lined
+// reports whether the Locker has a line for lk's key: then its
+// release goes through that line (see deployment.release), and is never a
+// plain lock's drop.
+func (ls *lines) pass(lk *Lock) (passed, lined bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln := ls.byKey[lk.key]
-	if ln == nil || len(ln.waiters) == 0 || !ls.adopt(ln, lk) || ln.passes == 0 || time.Since(ln.round) > passSlice {
-		return false
+	if ln == nil {
+		return false, false
+	}
+	if len(ln.waiters) == 0 || !ls.adopt(ln, lk) || ln.passes == 0 || time.Since(ln.round) > passSlice {
+		return false, true
 	}
 	w := ln.waiters[0]
 	if w.fenced || w.lock != nil || w.err != nil {
-		return false
+		return false, true
 	}
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
+	// The lease clock's end, which the next holder inherits: Until of lk
+	// itself ended when its release began.
 	left := time.Until(lk.clock.until)
-	if lk.released || lk.clock.busy() || left < w.ttl/2 || left > w.ttl {
-		return false
+	if lk.released || lk.lostWhy != nil || lk.lost || lk.clock.busy() || left < w.ttl/2 || left > w.ttl {
+		return false, true
 	}
 	lk.released = true
 	next := lk.passed(w.ttl)
@@ -715,8 +723,8 @@ func (ls *lines) pass(lk *Lock) bool {
 	w.poke()
 	ln.hold = next
 	ln.passes--
-	ls.settle(lk.locker, ln)
-	return true
+	ls.update(lk.locker, ln)
+	return true, true
 }
 
 // adopt reports whether lk is ln's hold, making it so when lk was taken
@@ -756,10 +764,10 @@ func (ls *lines) placing(lk *Lock) <-chan struct{} {
 	return ln.placedc
 }
 
-// releasing prepares the release of lk through Redis. A lock that was the
+// prepareRelease prepares the release of lk through Redis. A lock that was the
 // line's hold ends it; a line that nobody waits in any more gives up its
 // place in the same script (leave).
-func (ls *lines) releasing(lk *Lock) (ln *line, leave string) {
+func (ls *lines) prepareRelease(lk *Lock) (ln *line, leave string) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln = ls.byKey[lk.key]
@@ -770,7 +778,7 @@ func (ls *lines) releasing(lk *Lock) (ln *line, leave string) {
 	if len(ln.waiters) > 0 {
 		return nil, ""
 	}
-	if ln.place != noPlace && ln.handed == nil && ln.inflight == 0 && !ln.opening.mayRun() {
+	if ln.place != noPlace && ln.handed == nil && ln.inflight == 0 && !ln.firstAttempt.mayRun() {
 		ls.detach(ln)
 		ln.inflight++ // the place goes in the release's script
 		return ln, ln.token
@@ -779,15 +787,15 @@ func (ls *lines) releasing(lk *Lock) (ln *line, leave string) {
 	// should its own clean-up not have reached Redis yet: the release must
 	// not hand the key to it.
 	leave = ln.gaveUp
-	ls.settle(lk.locker, ln) // detaches it, and cleans up what needs it
+	ls.update(lk.locker, ln) // detaches it, and cleans up what needs it
 	return nil, leave
 }
 
-// released settles a release: the place it gave up for ln (when leave), and
+// releaseDone settles a release: the place it gave up for ln (when leave), and
 // the hand-offs it made to lines of this Locker. When its outcome is
 // unknown, a hand-off to a line of this Locker may have gone unheard: their
 // heads ask Redis.
-func (ls *lines) released(l *Locker, key string, ln *line, res releaseResult, err error) {
+func (ls *lines) releaseDone(l *Locker, key string, ln *line, res releaseResult, err error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	switch {
@@ -808,7 +816,7 @@ func (ls *lines) released(l *Locker, key string, ln *line, res releaseResult, er
 		} else if !refused(err) {
 			ln.place = placeUnknown
 		}
-		ls.settle(l, ln)
+		ls.update(l, ln)
 	}
 }
 
@@ -823,7 +831,7 @@ func (ls *lines) handedTo(l *Locker, key string, h handoff) {
 		}
 	}
 	ln.handed = &h
-	ls.settle(l, ln)
+	ls.update(l, ln)
 }
 
 // ask makes the heads of the lines of key ask Redis whether the key was
@@ -889,7 +897,7 @@ func (ls *lines) armed(s *subscription, on bool) {
 // ctx ends. One that is idle retires at once, without lingering.
 func (ls *lines) subscriptionEnded(ctx context.Context) error {
 	ls.mu.Lock()
-	ls.quit = true
+	ls.shuttingDown = true
 	subs := slices.Clone(ls.started)
 	ls.mu.Unlock()
 	for _, s := range subs {
@@ -919,7 +927,7 @@ func (ls *lines) retire(s *subscription, linger time.Duration) bool {
 	if s.idle.IsZero() {
 		s.idle = time.Now()
 	}
-	if time.Since(s.idle) < linger && !ls.quit {
+	if time.Since(s.idle) < linger && !ls.shuttingDown {
 		return false
 	}
 	if ls.subs[s.wake.channel] == s {
@@ -928,13 +936,13 @@ func (ls *lines) retire(s *subscription, linger time.Duration) bool {
 	return true
 }
 
-// leave takes token out of key's line in Redis (a place a line gave up), or
+// withdraw takes token out of key's line in Redis (a place a line gave up), or
 // releases the key if token holds it (it was handed to that place, or
 // taken by an acquisition that gave up), which hands it on. With spend, it
-// also marks the token spent (see spendLua), for as long as go-redis may
+// also marks the token spent (see spend.lua), for as long as go-redis may
 // still send a command of it: a copy of an attempt that runs later takes
 // nothing.
-func (l *Locker) leave(key, token string, m lockMode, spend bool) {
+func (l *Locker) withdraw(key, token string, m lockMode, spend bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
 	defer cancel()
 	a := releaseArgs{key: key, token: token, mode: m, wake: l.wakeFor(key).channel}
@@ -942,7 +950,7 @@ func (l *Locker) leave(key, token string, m lockMode, spend bool) {
 		a.spend = l.spendFor()
 	}
 	res, err := runRelease(ctx, l.client, l.keys, a)
-	l.lines.released(l, key, nil, res, err)
+	l.lines.releaseDone(l, key, nil, res, err)
 }
 
 // nextBackoff returns the polling delay after prev: drawn at random from

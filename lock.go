@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 )
@@ -23,40 +22,40 @@ type Lock struct {
 
 	// What the acquisition wrote, for the release to undo; set before the
 	// Lock is returned.
-	plain     bool   // taken by takeScript: while nothing else happens, dropScript releases it
-	places    string // its places key, for dropScript
+	plain     bool   // taken by take.lua: while nothing else happens, drop.lua releases it (see Lock.drop)
+	places    string // its places key, for drop.lua
 	described bool   // a holder description was stored (WithHolder)
-	lined     bool   // got through the line: others likely wait (see Locker.releaseHeld)
+	lined     bool   // got through the line: others likely wait (see deployment.release)
 	// A command that could take the key for the token may still run when
 	// resent (go-redis sent the acquire twice) or first.mayRun(): its
-	// release then marks the token spent (see spendLua).
-	resent bool
-	first  *firstAttempt
+	// release then marks the token spent (see spend.lua).
+	resent       bool
+	firstAttempt *firstAttempt
 
 	replicas replicas                // that must acknowledge its writes (WithReplicas); set before the Lock is returned
 	joined   *Lock                   // the acquisition this handle joined (see reentrant.go), or nil
 	kept     context.CancelCauseFunc // ends this joined handle's kept context (see keepJoined); under the acquisition's mu
 
-	mu        sync.Mutex // of the acquisition guards all but the constant fields above
-	clock     leaseClock // the lease as known locally
-	holds     int        // live handles of the acquisition, itself included
-	ended     bool       // Release was called on this handle
-	releasing bool       // a release of the acquisition is under way
-	released  bool       // released (or passed on): the lock is gone for good
-	renewal   *renewal   // set while KeepAlive renews the lease
-	since     time.Time  // when the lock was acquired (or passed to this acquisition)
-	lostWhy   error      // why the lock is known to be lost (see markLost), or nil
-	over      time.Time  // when this process stopped holding the lock: it was found lost, or its release (or a pass) began; zero while held (see endNow)
-	lost      bool       // found lost while no Release was under way (see renewal.lose)
-	lostSeen  bool       // the Lost hook was called
-	gens      bool       // a command of a generation above 0 was sent: Redis may keep its generation (see leaseClock)
-	unsure    bool       // a release's outcome was unknown: an earlier run may have released it (see releasedBy)
+	mu          sync.Mutex // of the acquisition guards all but the constant fields above
+	clock       leaseClock // the lease as known locally
+	handles     int        // live handles of the acquisition, itself included
+	ended       bool       // Release was called on this handle
+	releasing   bool       // a release of the acquisition is under way
+	released    bool       // released (or passed on): the lock is gone for good
+	renewal     *renewal   // set while KeepAlive renews the lease
+	since       time.Time  // when the lock was acquired (or passed to this acquisition)
+	lostWhy     error      // why the lock is known to be lost (see markLost), or nil
+	over        time.Time  // when this process stopped holding the lock: it was found lost, or its release (or a pass) began; zero while held (see endNow)
+	lost        bool       // found lost while no Release was under way (see renewal.lose)
+	lostSeen    bool       // the Lost hook was called
+	generations bool       // a command of a generation above 0 was sent: Redis may keep its generation (see leaseClock)
+	unsure      bool       // a release's outcome was unknown: an earlier run may have released it (see releasedBy)
 }
 
 // newLock returns the lock on key held by token in mode since a command
 // sent at start set its lease to ttl.
 func newLock(l *Locker, key, token string, m lockMode, fence int64, ttl time.Duration, start time.Time) *Lock {
-	return &Lock{locker: l, key: key, rkey: l.keys.lock(key), token: token, mode: m, fence: fence, described: l.opts.holder != "", holds: 1, since: start,
+	return &Lock{locker: l, key: key, rkey: l.keys.lock(key), token: token, mode: m, fence: fence, described: l.opts.holder != "", handles: 1, since: start,
 		clock: leaseClock{until: start.Add(ttl), ttl: ttl, genTTL: ttl}}
 }
 
@@ -65,202 +64,15 @@ func newLock(l *Locker, key, token string, m lockMode, fence int64, ttl time.Dur
 // its own whose commands start a generation of their own, so that no late
 // command of the passer can change the lease after them. lk.mu is held.
 func (lk *Lock) passed(ttl time.Duration) *Lock {
-	return &Lock{locker: lk.locker, key: lk.key, rkey: lk.rkey, token: lk.token, plain: lk.plain, places: lk.places, described: lk.described, lined: lk.lined, resent: lk.resent, first: lk.first,
-		holds: 1, since: time.Now(), clock: leaseClock{until: lk.clock.until, ttl: ttl, gen: lk.clock.gen + 1, genTTL: ttl}}
+	return &Lock{locker: lk.locker, key: lk.key, rkey: lk.rkey, token: lk.token, plain: lk.plain, places: lk.places, described: lk.described, lined: lk.lined, resent: lk.resent, firstAttempt: lk.firstAttempt,
+		handles: 1, since: time.Now(), clock: leaseClock{until: lk.clock.until, ttl: ttl, gen: lk.clock.gen + 1, genTTL: ttl}}
 }
-
-// A leaseClock is the end of a lock's lease as this process knows it, on
-// the monotonic clock, and the commands that may still move it: renewals
-// (several may be in flight, see keeper), Refresh, claims.
-//
-// Invariant: until is never later than the key's expiry in Redis, whatever
-// the order in which Redis runs the commands in flight, and even when one
-// runs late or twice (go-redis sends a command again after a timeout, and a
-// closed connection still delivers what it had sent). The argument:
-//
-//   - Each command carries a generation. A command that sets another
-//     length than the one before it (a Refresh to another ttl, a claim, a
-//     renewal after a Refresh that did not return) starts a new one, so
-//     that all the commands of a generation set the same length, whatever
-//     became of those before them (a Refresh abandoned at its deadline may
-//     still run). Redis keeps, per holder, the highest generation it ran,
-//     for as long as the holder's lease lasts, and refuses a command of a
-//     lower one (the gens key; see refreshScript). So the commands that set
-//     the lease, in the order Redis runs them, are of generations that
-//     never go down. An acquire attempt that runs again for a token that
-//     holds the key (a late copy) only lengthens the lease, if anything
-//     (see acquireScript): it cannot move the expiry below until either.
-//   - A command sent at S that sets the lease to ttl sets the expiry to
-//     E + ttl, where E >= S is when Redis runs it; the expiry is that of the
-//     last one Redis ran. send lowers until to S + ttl at once, before Redis
-//     can run the command: whenever it runs, the expiry stays at or above
-//     until.
-//   - settle, when a command sent at S that set the lease to ttl is known to
-//     have run, raises until to S + ttl, but not above max(S, S') + ttl' for
-//     any command (S', ttl') of the same or a later generation that Redis
-//     may run after it: those in flight, those that failed (they may still
-//     run), and those whose outcome arrived after S. Such a command runs at
-//     some E' >= S' and, being later, E' >= S: it leaves the expiry at
-//     E' + ttl' >= max(S, S') + ttl'. A command of an earlier generation
-//     cannot run after it: Redis refuses it. So a late copy of a shorter
-//     Refresh cannot shorten the lease behind until's back, and a renewal of
-//     the same length stuck on a dead connection does not hold until back.
-type leaseClock struct {
-	until  time.Time
-	ttl    time.Duration // the lease renewals set: the acquisition's, or the latest Refresh's
-	gen    int64         // the generation of the latest command sent
-	genTTL time.Duration // the length that the commands of generation gen set
-	cmds   []leaseCmd    // commands that Redis may run after one in flight
-	last   uint64        // the id of the latest command sent
-	drift  bool          // a quorum lock's: each lease ends quorumDrift early
-}
-
-// lease is how long a lease of ttl lasts on the local clock: ttl, less
-// quorumDrift(ttl) for a quorum lock (see quorumDrift for the argument).
-func (c *leaseClock) lease(ttl time.Duration) time.Duration {
-	if c.drift {
-		return ttl - quorumDrift(ttl)
-	}
-	return ttl
-}
-
-// A leaseCmd is a command that sets the lease.
-type leaseCmd struct {
-	id     uint64
-	sent   time.Time
-	ttl    time.Duration
-	gen    int64
-	done   time.Time // when its outcome arrived; zero while in flight
-	failed bool      // its outcome is unknown: it may still run
-}
-
-// send records a command that sets the lease to ttl, sent now, and returns
-// its id and generation. A command that sets another length than the one
-// sent before it starts a new generation. moved reports that until changed.
-func (c *leaseClock) send(sent time.Time, ttl time.Duration) (id uint64, gen int64, moved bool) {
-	if ttl != c.genTTL {
-		c.gen, c.genTTL = c.gen+1, ttl
-	}
-	end := sent.Add(c.lease(ttl))
-	if end.Before(c.until) {
-		c.until, moved = end, true
-	}
-	c.last++
-	c.cmds = append(c.cmds, leaseCmd{id: c.last, sent: sent, ttl: ttl, gen: c.gen})
-	return c.last, c.gen, moved
-}
-
-// An outcome is what became of a command that sets the lease.
-type outcome int
 
 const (
 	outcomeSet     outcome = iota // it ran and set the lease
 	outcomeNotSet                 // it ran and did not (the key was not ours, or a later generation had run)
 	outcomeUnknown                // it failed: it may have run, or run later
 )
-
-// settle records the outcome of command id. moved reports that until
-// changed.
-func (c *leaseClock) settle(id uint64, out outcome) (moved bool) {
-	now := time.Now()
-	i := slices.IndexFunc(c.cmds, func(x leaseCmd) bool { return x.id == id })
-	if i < 0 {
-		return false
-	}
-	c.cmds[i].done, c.cmds[i].failed = now, out == outcomeUnknown
-	me := c.cmds[i]
-	if out == outcomeSet {
-		end := me.sent.Add(c.lease(me.ttl))
-		for _, o := range c.cmds {
-			if o.id != id && o.gen >= me.gen && (o.done.IsZero() || o.failed || o.done.After(me.sent)) {
-				// o may run after me: it leaves at least this.
-				if e := maxTime(me.sent, o.sent).Add(c.lease(o.ttl)); e.Before(end) {
-					end = e
-				}
-			}
-		}
-		if end.After(c.until) {
-			c.until, moved = end, true
-		}
-	}
-	c.prune(now)
-	return moved
-}
-
-// prune forgets the commands that can no longer bound until: those that
-// ran before every command in flight was sent, and failed ones that a later
-// generation has superseded or that are no shorter than the lease set now.
-func (c *leaseClock) prune(now time.Time) {
-	oldest := now
-	var setGen int64 = -1
-	for _, o := range c.cmds {
-		if o.done.IsZero() && o.sent.Before(oldest) {
-			oldest = o.sent
-		}
-	}
-	for _, o := range c.cmds {
-		if !o.done.IsZero() && !o.failed {
-			setGen = max(setGen, o.gen)
-		}
-	}
-	c.cmds = slices.DeleteFunc(c.cmds, func(o leaseCmd) bool {
-		switch {
-		case o.done.IsZero():
-			return false
-		case o.failed:
-			return o.gen < setGen || o.ttl >= c.ttl
-		}
-		return !o.done.After(oldest)
-	})
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-// busy reports whether commands that set the lease are in flight.
-func (c *leaseClock) busy() bool {
-	return slices.ContainsFunc(c.cmds, func(o leaseCmd) bool { return o.done.IsZero() })
-}
-
-// setting records, under lk.mu, that a command setting the lease to ttl is
-// sent now, and returns its id and generation; ok is false when lk is
-// released or being released (a pass hands its lease on: nothing may
-// change it any more). settled records the outcome. Both move the
-// lost-lock timer of KeepAlive along with the lease. When a command
-// shortens the lease (a Refresh to a shorter ttl), the next renewal is
-// made due a third of that ttl later, so that the lease is renewed in time
-// should the command never return (a dead connection).
-func (lk *Lock) setting(ttl time.Duration) (id uint64, gen int64, ok bool) {
-	lk.mu.Lock()
-	if lk.released || lk.releasing || lk.lost || lk.lostWhy != nil {
-		lk.mu.Unlock()
-		return 0, 0, false
-	}
-	sent := time.Now()
-	id, gen, moved := lk.clock.send(sent, ttl)
-	lk.gens = lk.gens || gen > 0
-	r := lk.renewal
-	if moved {
-		lk.moveExpiry()
-	}
-	lk.mu.Unlock()
-	if moved && r != nil {
-		lk.locker.keeper.hurry(r, sent, ttl)
-	}
-	return id, gen, true
-}
-
-func (lk *Lock) settled(id uint64, out outcome) {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	if lk.clock.settle(id, out) {
-		lk.moveExpiry()
-	}
-}
 
 // Key returns the key the lock is held on ("" for a nil Lock).
 func (lk *Lock) Key() string {
@@ -358,14 +170,14 @@ func (lk *Lock) Release(ctx context.Context) error {
 	if !lk.usable() {
 		return ErrNotHeld
 	}
-	return lk.endWith(ctx, false)
+	return lk.release(ctx, false)
 }
 
-// endWith ends lk's handle, and releases the acquisition with its last
+// release ends lk's handle, and releases the acquisition with its last
 // handle. A release that Redis failed leaves the handle open, so that
 // Release may be called again; with finally (WithLock, after which nobody
 // can), it goes on in the background instead, and the error says so.
-func (lk *Lock) endWith(ctx context.Context, finally bool) error {
+func (lk *Lock) release(ctx context.Context, finally bool) error {
 	a, last, ok := lk.endHandle()
 	if !ok {
 		return ErrNotHeld
@@ -386,33 +198,56 @@ func (lk *Lock) endWith(ctx context.Context, finally bool) error {
 	return err
 }
 
-// end releases the acquisition lk, whose last handle ended.
+// end releases the acquisition lk, whose last handle ended: it passes it
+// to the Locker's next waiting Obtain when it may (see lines.pass), drops a
+// plain lock with one command (see drop), and releases any other through
+// the Locker's backend.
 func (lk *Lock) end(ctx context.Context) error {
 	if !lk.beginRelease() {
 		return ErrNotHeld
 	}
 	lk.stopKeeping()
 	l := lk.locker
-	if l.lines.pass(lk) {
+	passed, lined := l.lines.pass(lk)
+	if passed {
 		l.handedOff(ctx, lk.key, true, 1)
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
 		lk.markReleased()
 		l.releaseLater(lk)
-		return background(lk.key, err)
+		return goesOn(lk.key, err)
 	}
-	held, handoffs, err := l.masters.release(ctx, lk)
+	reply := dropReply{code: replyNotPlain}
+	var err error
+	if !lined && lk.droppable() {
+		if ctx.Done() == nil {
+			reply, err = lk.drop(ctx)
+		} else { // it goes on when the caller stops waiting (see detached)
+			l.background.begin()
+			reply, err = detached(ctx, l.releaseBound(), func(ctx context.Context) (dropReply, error) {
+				defer l.background.end()
+				return lk.drop(ctx)
+			}, nil)
+		}
+	}
+	var held bool
+	var handoffs int
+	if err == nil && reply.code == replyNotPlain {
+		held, handoffs, err = l.backend.release(ctx, lk)
+	} else if err == nil {
+		held = lk.releasedBy(reply.code == replyOK, reply.resent)
+	}
 	switch {
 	case isAbandoned(err):
 		lk.markReleased()
-		return background(lk.key, err)
+		return goesOn(lk.key, err)
 	case ended(ctx) && err != nil:
 		// go-redis stopped at the deadline (ContextTimeoutEnabled): the
 		// release may not have run; run it again in the background.
 		lk.markReleased()
 		l.releaseLater(lk)
-		return background(lk.key, err)
+		return goesOn(lk.key, err)
 	case err != nil:
 		lk.mu.Lock()
 		lk.releasing = false // Release may be called again
@@ -426,6 +261,35 @@ func (lk *Lock) end(ctx context.Context) error {
 		return lk.notHeld()
 	}
 	return nil
+}
+
+// droppable reports whether lk is still a plain lock that drop may
+// release: taken by take.lua, not got through a line, no generation stored
+// for it, and no copy of its acquisition that may still run (which must be
+// marked spent: see release.lua).
+func (lk *Lock) droppable() bool {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.plain && !lk.lined && !lk.generations && !lk.resent && !lk.firstAttempt.mayRun()
+}
+
+// A dropReply is drop.lua's reply: replyOK, replyNotOurs or replyNotPlain,
+// and whether go-redis sent the command more than once.
+type dropReply struct {
+	code   int64
+	resent bool
+}
+
+// drop releases lk, a plain lock (see droppable), with drop.lua: one
+// compare and delete, when the key is still plain; replyNotPlain says it is
+// not (someone waits, or a token of the key may be spent), and nothing was
+// changed: release.lua must release it.
+func (lk *Lock) drop(ctx context.Context) (dropReply, error) {
+	l := lk.locker
+	cmd, sent := scriptCall{dropScript, []string{lk.rkey, lk.places}, []any{&counted{s: lk.token}}}.run(ctx, l.client)
+	code, err := cmd.Int64()
+	l.noteErr(err)
+	return dropReply{code: code, resent: sent.resent()}, err
 }
 
 // notHeld is the error of a release of lk that did not find it held.
@@ -464,75 +328,12 @@ func (lk *Lock) releasedBy(held, resent bool) bool {
 
 // releaseBound is how long a release goes on in the background once its
 // caller stopped waiting: long enough for go-redis to send it again after a
-// timeout. spendFor is how long a spent token's mark lasts (see spendLua):
+// timeout. spendFor is how long a spent token's mark lasts (see spend.lua):
 // as long as that, at least 10 s, covers every copy go-redis sends of a
 // command, and of one sent before it.
 func (l *Locker) releaseBound() time.Duration { return max(forgetTimeout, l.retry+time.Second) }
 
 func (l *Locker) spendFor() time.Duration { return max(10*time.Second, l.releaseBound()) }
-
-// releaseHeld is deployment.release: it releases lk through Redis, with
-// dropScript when lk is still plain (nobody waits for the key, nothing but
-// the key was written), and else with releaseScript, which hands the key
-// on and cleans up the side keys. When ctx ends first, the release goes on
-// in the background (see detached), and its hand-offs are reported when it
-// is done.
-func (l *Locker) releaseHeld(ctx context.Context, lk *Lock) (held bool, handoffs int, err error) {
-	if placing := l.lines.placing(lk); placing != nil {
-		// A waiter of this Locker is between two places in line: let its
-		// place reach Redis first (a round trip), so that the key does not
-		// go free for others to take meanwhile.
-		await(ctx, placing, l.silence())
-	}
-	ln, leave := l.lines.releasing(lk)
-	if ctx.Done() == nil { // cannot end: nothing goes on in the background
-		res, err := l.runReleaseOf(ctx, lk, leave)
-		l.noteErr(err)
-		l.lines.released(l, lk.key, ln, res, err)
-		if err != nil {
-			return false, 0, err
-		}
-		return lk.releasedBy(res.released, res.resent), res.handoffs, nil
-	}
-	l.chores.begin()
-	res, err := detached(ctx, l.releaseBound(), func(dctx context.Context) (releaseResult, error) {
-		defer l.chores.end() // it goes on when the caller stops waiting
-		res, err := l.runReleaseOf(dctx, lk, leave)
-		l.noteErr(err)
-		l.lines.released(l, lk.key, ln, res, err)
-		return res, err
-	}, func(res releaseResult, err error) {
-		if err == nil { // the caller stopped waiting: reported when it is done
-			l.handedOff(ctx, lk.key, false, res.handoffs)
-		}
-	})
-	if err != nil {
-		return false, 0, err
-	}
-	return lk.releasedBy(res.released, res.resent), res.handoffs, nil
-}
-
-// runReleaseOf runs lk's release: dropScript while lk is plain, else (or
-// when dropScript finds the key is not plain any more) releaseScript,
-// which also takes leave out of line and marks a suspect token spent.
-func (l *Locker) runReleaseOf(ctx context.Context, lk *Lock, leave string) (releaseResult, error) {
-	lk.mu.Lock()
-	plain, suspect := lk.plain && !lk.lined && !lk.gens && leave == "", lk.resent || lk.first.mayRun()
-	lk.mu.Unlock()
-	if plain && !suspect {
-		s := scriptCall{dropScript, []string{lk.rkey, lk.places}, []any{&counted{s: lk.token}}}
-		cmd, sent := s.run(ctx, l.client)
-		n, err := cmd.Int64()
-		if err != nil || n != replyNotPlain {
-			return releaseResult{released: n == replyOK, resent: sent.resent()}, err
-		}
-	}
-	a := releaseArgs{key: lk.key, token: lk.token, mode: lk.mode, leave: leave, wake: l.wakeFor(lk.key).channel}
-	if suspect {
-		a.spend = l.spendFor()
-	}
-	return runRelease(ctx, l.client, l.keys, a)
-}
 
 // beginRelease claims lk's release for the caller: false when lk is
 // released, or another Release of it is under way.
@@ -579,6 +380,9 @@ func (lk *Lock) lapse() {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
 	lk.endNow()
+	if lk.lostWhy == nil {
+		lk.lostWhy = fmt.Errorf("%w: %s: the lease ran out before the acquisition returned", ErrLockLost, quoteKey(lk.key))
+	}
 }
 
 // releaseBegun reports whether lk's release has begun, or lk is released.
@@ -638,7 +442,7 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return fmt.Errorf("%w: must be at least 1ms (got %v)", ErrInvalidTTL, ttl)
 	}
-	if err := lk.locker.masters.check(&options{}, ttl); err != nil {
+	if err := lk.locker.backend.check(&options{}, ttl); err != nil {
 		return err
 	}
 	if lk.handleEnded() {
@@ -646,15 +450,7 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	lk = lk.acquisition()
 	ttl = ttl.Truncate(time.Millisecond)
-	id, gen, ok := lk.setting(ttl)
-	if !ok {
-		return ErrNotHeld
-	}
-	r, err := call(ctx, lk.locker, func(ctx context.Context) (renewReply, error) {
-		r := lk.locker.renewOne(ctx, lk.refreshArgs(ttl, gen, false), lk.replicas)
-		lk.settled(id, r.outcome())
-		return r, r.err
-	})
+	r, err := lk.setLease(ctx, ttl, false)
 	if err != nil {
 		return failed("refresh", lk.key, err)
 	}
@@ -662,19 +458,7 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		lk.markLost(ctx)
 		return ErrNotHeld
 	}
-	lk.newGeneration(ttl)
 	return nil
-}
-
-// refreshArgs returns the arguments of a command that sets lk's lease to
-// ttl, of generation gen, issuing a fence when fenced.
-func (lk *Lock) refreshArgs(ttl time.Duration, gen int64, fenced bool) refreshArgs {
-	return refreshArgs{key: lk.key, token: lk.token, mode: lk.mode, ttl: ttl, gen: gen, fenced: fenced, described: lk.described}
-}
-
-// renewOne sets the lease of one lock (see masters.renew).
-func (l *Locker) renewOne(ctx context.Context, a refreshArgs, r replicas) renewReply {
-	return l.masters.renew(ctx, []refreshArgs{a}, r)[0]
 }
 
 // TTL returns the remaining lease as Redis sees it, or ErrNotHeld when the
@@ -686,7 +470,7 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	lk = lk.acquisition()
 	left, err := call(ctx, lk.locker, func(ctx context.Context) (time.Duration, error) {
-		return lk.locker.masters.pttl(ctx, lk)
+		return lk.locker.backend.pttl(ctx, lk)
 	})
 	if err != nil {
 		return 0, failed("read the lease of", lk.key, err)
@@ -696,25 +480,6 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, ErrNotHeld
 	}
 	return left, nil
-}
-
-// newGeneration makes ttl the lease that renewals set from now on (see
-// leaseClock), and reschedules KeepAlive's next renewal from it.
-func (lk *Lock) newGeneration(ttl time.Duration) {
-	lk.mu.Lock()
-	lk.clock.ttl = ttl
-	r := lk.renewal
-	lk.mu.Unlock()
-	if r != nil {
-		lk.locker.keeper.reschedule(r)
-	}
-}
-
-// lease returns the lease's local end and the ttl renewals set.
-func (lk *Lock) lease() (until time.Time, ttl time.Duration) {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	return lk.clock.until, lk.clock.ttl
 }
 
 func (lk *Lock) isReleased() bool {

@@ -20,21 +20,21 @@ import (
 // Obtain), so sharing one Locker is also what makes waiting cheap. The zero
 // Locker, and a nil *Locker, return ErrNilClient from every call.
 type Locker struct {
-	client  redis.UniversalClient
-	opts    options
-	calls   [2]options              // opts of a call with no options of its own: an Obtain's, a TryObtain's
-	id      string                  // names the Locker's wake channels and its places in line
-	keys    keyspace                // names its keys and channels in Redis
-	masters masters                 // where its locks live
-	direct  bool                    // the client honours ctx deadlines itself (see bounded, timing)
-	retry   time.Duration           // how long go-redis may take with one command (see retryWindow)
-	read    time.Duration           // the client's ReadTimeout; <= 0: none
-	sharded bool                    // the client is a Cluster's: hand-offs are announced on shard channels
-	rtts    roundTrips              // of answered attempts (see silence)
-	failure atomic.Pointer[failure] // see lastFailure
-	keeper  keeper                  // renews kept leases
-	lines   lines                   // Obtains waiting for keys (a deployment's)
-	chores  *chores                 // clean-up in the background (see Shutdown)
+	client     redis.UniversalClient
+	opts       options
+	calls      [2]options              // opts of a call with no options of its own: an Obtain's, a TryObtain's
+	id         string                  // names the Locker's wake channels and its places in line
+	keys       keyspace                // names its keys and channels in Redis
+	backend    backend                 // where its locks live
+	direct     bool                    // the client honours ctx deadlines itself (see bounded, timing)
+	retry      time.Duration           // how long go-redis may take with one command (see retryWindow)
+	read       time.Duration           // the client's ReadTimeout; <= 0: none
+	sharded    bool                    // the client is a Cluster's: hand-offs are announced on shard channels
+	rtts       roundTrips              // of answered attempts (see silence)
+	failure    atomic.Pointer[failure] // see lastFailure
+	keeper     keeper                  // renews kept leases
+	lines      lines                   // Obtains waiting for keys (a deployment's)
+	background *background             // clean-up in the background (see Shutdown)
 }
 
 // New returns a Locker that acquires locks through client, a go-redis v9
@@ -56,7 +56,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 		o.err = ErrNilClient
 	}
 	l := newLocker(client, o)
-	l.masters = deployment{l}
+	l.backend = deployment{l}
 	return l
 }
 
@@ -65,7 +65,7 @@ func New(client redis.UniversalClient, opts ...Option) *Locker {
 func newLocker(client redis.UniversalClient, o options) *Locker {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	l := &Locker{client: client, opts: o, id: hex.EncodeToString(id[:]), keys: keyspace{o.namespace}, chores: &chores{}}
+	l := &Locker{client: client, opts: o, id: hex.EncodeToString(id[:]), keys: keyspace{o.namespace}, background: &background{}}
 	l.calls[0], l.calls[1] = o.apply(nil, true), o.apply(nil, true)
 	l.calls[1].wait = 0
 	if isNil(client) {
@@ -109,11 +109,12 @@ func (l *Locker) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	if err := l.usable(); err != nil {
 		return nil, err
 	}
-	if len(opts) == 0 {
-		return l.obtain(ctx, key, ttl, &l.calls[0])
+	o := &l.calls[0]
+	if len(opts) > 0 {
+		call := l.opts.apply(opts, true)
+		o = &call
 	}
-	o := l.opts.apply(opts, true)
-	return l.obtain(ctx, key, ttl, &o)
+	return l.obtain(ctx, key, ttl, o)
 }
 
 // TryObtain makes a single attempt to acquire the lock on key for ttl. It
@@ -125,61 +126,47 @@ func (l *Locker) TryObtain(ctx context.Context, key string, ttl time.Duration, o
 	if err := l.usable(); err != nil {
 		return nil, err
 	}
-	if len(opts) == 0 {
-		return l.obtain(ctx, key, ttl, &l.calls[1])
+	o := &l.calls[1]
+	if len(opts) > 0 {
+		call := l.opts.apply(opts, true)
+		call.wait = 0
+		o = &call
 	}
-	o := l.opts.apply(opts, true)
-	o.wait = 0
-	return l.obtain(ctx, key, ttl, &o)
+	return l.obtain(ctx, key, ttl, o)
 }
 
 // usable returns ErrNilClient for a nil or zero Locker (not made by New or
 // NewQuorum).
 func (l *Locker) usable() error {
-	if l == nil || l.masters == nil {
+	if l == nil || l.backend == nil {
 		return ErrNilClient
 	}
 	return nil
 }
 
 // obtain is Obtain with resolved options, which it does not change; o.wait
-// == 0 makes a single attempt.
+// == 0 makes a single attempt. It checks the call, joins the lock ctx
+// carries or acquires the key on the Locker's backend, and reports the
+// outcome (Hooks.Obtain).
 func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, error) {
-	if err := l.check(key, ttl, o); err != nil {
-		return nil, err
-	}
-	if o.ttlSet {
-		return nil, fmt.Errorf("%w: WithTTL sets WithLock's lease; Obtain and TryObtain take theirs as the ttl argument", ErrInvalidOption)
-	}
-	return l.obtainChecked(ctx, key, ttl, o)
-}
-
-// obtainChecked is obtain with valid input.
-func (l *Locker) obtainChecked(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, error) {
-	if err := l.checkUpgrade(ctx, key, o.mode); err != nil {
+	if err := l.check(ctx, key, ttl, o); err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	lk, attempts, err := l.acquire(ctx, key, ttl.Truncate(time.Millisecond), o)
+	var lk *Lock
+	attempts, err := 0, ctx.Err()
+	if err != nil {
+		err = failed("acquire", key, err)
+	} else if lk, err = l.join(ctx, key, o.mode); lk == nil && err == nil {
+		if o.wait > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, o.wait)
+			defer cancel()
+		}
+		lk, attempts, err = l.backend.acquire(ctx, key, ttl.Truncate(time.Millisecond), o)
+	}
 	l.obtained(ctx, key, start, attempts, lk, err)
 	return lk, err
-}
-
-// acquire is obtain with valid input; it also returns how many acquire
-// commands it sent.
-func (l *Locker) acquire(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, int, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, 0, failed("acquire", key, err)
-	}
-	if lk, err := l.join(ctx, key, o.mode); lk != nil || err != nil {
-		return lk, 0, err
-	}
-	if o.wait > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.wait)
-		defer cancel()
-	}
-	return l.masters.acquire(ctx, key, ttl, o)
 }
 
 // WithLock obtains the lock on key for the lease set by WithTTL (waiting as
@@ -206,10 +193,8 @@ func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.C
 	if fn == nil && o.err == nil {
 		o.err = ErrNilFunc
 	}
-	if err := l.check(key, o.ttl, &o); err != nil {
-		return err
-	}
-	lk, err := l.obtainChecked(ctx, key, o.ttl, &o)
+	o.ttlSet = false // WithLock takes its lease from WithTTL
+	lk, err := l.obtain(ctx, key, o.ttl, &o)
 	if err != nil {
 		return err
 	}
@@ -218,7 +203,7 @@ func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.C
 		lost := lk.acquisition().isLost() // not when lctx only ended with an outer lock's loss
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
-		rerr := lk.endWith(rctx, true)
+		rerr := lk.release(rctx, true)
 		if lost && !errors.Is(err, ErrLockLost) {
 			err = errors.Join(err, ErrLockLost)
 		}
@@ -243,7 +228,7 @@ func isNil(client redis.UniversalClient) bool {
 }
 
 // check validates a call's input before any I/O.
-func (l *Locker) check(key string, ttl time.Duration, o *options) error {
+func (l *Locker) check(ctx context.Context, key string, ttl time.Duration, o *options) error {
 	switch {
 	case o.err != nil:
 		return o.err
@@ -251,12 +236,17 @@ func (l *Locker) check(key string, ttl time.Duration, o *options) error {
 		return checkKey(key)
 	case ttl < time.Millisecond:
 		return fmt.Errorf("%w: must be at least 1ms (got %v)", ErrInvalidTTL, ttl)
+	case o.ttlSet:
+		return fmt.Errorf("%w: WithTTL sets WithLock's lease; Obtain and TryObtain take theirs as the ttl argument", ErrInvalidOption)
 	}
-	return l.masters.check(o, ttl)
+	if err := l.backend.check(o, ttl); err != nil {
+		return err
+	}
+	return l.checkUpgrade(ctx, key, o.mode)
 }
 
 // plain reports whether an acquisition with options o takes a plain lock
-// (see plain.go): exclusive, without a fence or a description.
+// (see the note at the top of scripts.go): exclusive, without a fence or a description.
 func (o *options) plain() bool {
 	return o.mode.exclusive() && !o.fencing && o.holder == ""
 }

@@ -206,9 +206,9 @@ func (lk *Lock) releasedEvent(ctx context.Context, err error) {
 // background.
 var errBackground = errors.New("goes on in the background")
 
-// background returns the error of a release of key that goes on in the
-// background because of err (ctx's end).
-func background(key string, err error) error {
+// goesOn returns the error of a release of key that goes on in the
+// goesOn because of err (ctx's end).
+func goesOn(key string, err error) error {
 	return fmt.Errorf("redislock: release %s %w: %w", quoteKey(key), errBackground, err)
 }
 

@@ -115,7 +115,7 @@ func (s *subscription) run() {
 }
 
 // dispatch hands an announcement, "<fence> <lease> <token> <Redis key>"
-// (see handoffLua), to the lines.
+// (see handOff in line.lua), to the lines.
 func (s *subscription) dispatch(payload string) {
 	f := strings.SplitN(payload, " ", 4)
 	if len(f) != 4 {

@@ -40,9 +40,9 @@ import (
 // never later than the expiry on a majority of nodes: nobody else can take
 // a majority before it.
 type quorum struct {
-	l      *Locker   // the quorum Locker
-	nodes  []*Locker // one per master, for its client and its timeouts
-	chores *chores   // the quorum Locker's, which its nodes share
+	l          *Locker     // the quorum Locker
+	nodes      []*Locker   // one per master, for its client and its timeouts
+	background *background // the quorum Locker's, which its nodes share
 }
 
 // NewQuorum returns a Locker whose locks are held on a majority of the
@@ -85,12 +85,12 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
 		o.err = ErrNilClient
 	}
 	l := newLocker(nil, o)
-	q := &quorum{l: l, chores: l.chores}
-	l.masters = q
+	q := &quorum{l: l, background: l.background}
+	l.backend = q
 	for _, c := range clients {
 		n := newLocker(c, options{namespace: o.namespace, holder: o.holder})
-		n.masters = deployment{n}
-		n.chores = l.chores // Shutdown waits for the masters' clean-up too
+		n.backend = deployment{n}
+		n.background = l.background // Shutdown waits for the masters' clean-up too
 		q.nodes = append(q.nodes, n)
 	}
 	return l
@@ -186,7 +186,7 @@ func straggle(ctx context.Context, d time.Duration) (context.Context, context.Ca
 // (got of len(q.nodes) had), handing each to late (nil: none), and then
 // calls done.
 func finish[T any](q *quorum, ch <-chan reply[T], got int, late func(reply[T]), done func()) {
-	q.chores.run(func() {
+	q.background.run(func() {
 		for range len(q.nodes) - got {
 			r := <-ch
 			if late != nil {
@@ -242,7 +242,7 @@ type attemptOutcome struct {
 // names the masters that did not answer.
 //
 // Each node's call goes on after that, for at most ttl/2 (see straggle),
-// and its outcome is settled, as a chore, once the attempt is decided and
+// and its outcome is settled, in the background (see Shutdown), once the attempt is decided and
 // the outcome known (by bounded's late callback for a call abandoned at
 // the deadline): a node that took the key, or may have (its outcome is
 // unknown), gives it back when the attempt failed; and when it succeeded,
@@ -261,7 +261,7 @@ func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 	decided := make(chan struct{}) // closed once won is set
 	var unsettled atomic.Int32
 	unsettled.Store(int32(n))
-	settleNode := func(node *Locker, res attemptResult, err error, late bool) {
+	finishNode := func(node *Locker, res attemptResult, err error, late bool) {
 		<-decided
 		if (res.ours || err != nil && !refused(err)) && (!won || late) {
 			q.giveBack(node, lk.key, lk.token)
@@ -269,20 +269,20 @@ func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 		if unsettled.Add(-1) == 0 {
 			cancel()
 		}
-		q.chores.end()
+		q.background.end()
 	}
 	ch := make(chan reply[attemptResult], n)
 	for i, node := range q.nodes {
-		q.chores.begin() // ended by settleNode
+		q.background.begin() // ended by settleNode
 		go func() {
 			a := attemptArgs{key: lk.key, token: lk.token, holder: lk.locker.opts.holder, ttl: ttl}
 			res, err := bounded(actx, node.direct, func(ctx context.Context) (attemptResult, error) {
 				return runAttempt(ctx, node.client, node.keys, a)
-			}, func(res attemptResult, err error) { settleNode(node, res, err, releaseBegun(lk)) })
+			}, func(res attemptResult, err error) { finishNode(node, res, err, releaseBegun(lk)) })
 			late := releaseBegun(lk) // before the reply can count for the lock
 			ch <- reply[attemptResult]{i, res, err}
 			if !isAbandoned(err) {
-				settleNode(node, res, err, late)
+				finishNode(node, res, err, late)
 			}
 		}()
 	}
@@ -332,7 +332,7 @@ func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 // frozen when the attempt was given up runs the attempt when it thaws, and
 // must see the give-back too.
 func (q *quorum) giveBack(node *Locker, key, token string) {
-	q.chores.run(func() {
+	q.background.run(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), node.releaseBound())
 		defer cancel()
 		for {
@@ -362,9 +362,8 @@ func (q *quorum) acquire(ctx context.Context, key string, ttl time.Duration, o *
 		lk := newQuorumLock(l, key, newToken(), ttl, time.Now())
 		a := q.attempt(ctx, lk)
 		if a.taken {
-			if err := q.settle(ctx, lk, ttl, o.fencing); err != nil {
-				await(ctx, l.releaseLater(lk), forgetWait)
-				return nil, attempts, failed("acquire", key, err)
+			if err := q.claim(ctx, lk, ttl, o.fencing); err != nil {
+				return nil, attempts, err
 			}
 			return lk, attempts, nil
 		}
@@ -387,35 +386,20 @@ func (q *quorum) acquire(ctx context.Context, key string, ttl time.Duration, o *
 	}
 }
 
-// settle finishes an acquisition that took the key on a majority: it issues
-// the fence when fenced, and renews the lease when less than half of ttl is
-// left (see Obtain), at most maxFits times (errTTLTooShort); the lease must
-// not have run out meanwhile.
-func (q *quorum) settle(ctx context.Context, lk *Lock, ttl time.Duration, fenced bool) error {
+// claim finishes an acquisition that took the key on a majority: it issues
+// the fence when fenced (see fence: not by the renewal, which would take
+// one from each master's counter), and then makes the lease fit ttl as any
+// acquisition's (see Locker.claim). On failure the key is given back.
+func (q *quorum) claim(ctx context.Context, lk *Lock, ttl time.Duration, fenced bool) error {
 	if fenced {
 		fence, err := q.fence(ctx, lk.key)
 		if err != nil {
-			return err
+			await(ctx, q.l.releaseLater(lk), forgetWait)
+			return failed("acquire", lk.key, err)
 		}
 		lk.fence = fence
 	}
-	for try := 0; time.Until(lk.Until()) < ttl/2; try++ {
-		if try == maxFits {
-			return errTTLTooShort
-		}
-		id, gen, _ := lk.setting(ttl)
-		res := q.renew(ctx, []refreshArgs{lk.refreshArgs(ttl, gen, false)}, replicas{})[0]
-		lk.settled(id, res.outcome())
-		switch {
-		case res.code == 0:
-			lk.lapse()
-			return errLeaseRanOut
-		case res.code == -1:
-			return res.err
-		}
-		lk.newGeneration(ttl)
-	}
-	return nil
+	return q.l.claim(ctx, lk, ttl, false, false)
 }
 
 // fence issues the fence of an acquisition that holds key on a majority.
@@ -614,7 +598,7 @@ func (q *quorum) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 // it; an error when neither can be known any more (too many failed), or,
 // marked abandoned (the releases go on), when ctx ended first.
 //
-// Each node's release goes on after that, as a chore (see Shutdown), until
+// Each node's release goes on after that, in the background (see Shutdown), until
 // it is answered or go-redis gives up on it, with a deadline of the node's
 // releaseBound: not with ctx, which a client that stops at deadlines
 // (ContextTimeoutEnabled) would abandon at the caller's deadline, leaving
@@ -623,7 +607,7 @@ func (q *quorum) release(ctx context.Context, lk *Lock) (released bool, _ int, e
 	maj, n := q.majority(), len(q.nodes)
 	ch := make(chan reply[releaseResult], n)
 	for i, node := range q.nodes {
-		q.chores.run(func() {
+		q.background.run(func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), node.releaseBound())
 			defer cancel()
 			// spend: the token is spent also on a master it held nothing on,

@@ -85,12 +85,12 @@ func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T
 }
 
 // call is bounded for a call of l: when ctx ends first, the call goes on
-// until go-redis gives up on it, counted as a chore of l, which Shutdown
+// until go-redis gives up on it, counted as background work of l, which Shutdown
 // waits for.
 func call[T any](ctx context.Context, l *Locker, f func(context.Context) (T, error)) (T, error) {
-	l.chores.begin()
+	l.background.begin()
 	return bounded(ctx, l.direct, func(ctx context.Context) (T, error) {
-		defer l.chores.end()
+		defer l.background.end()
 		return f(ctx)
 	}, nil)
 }
@@ -176,7 +176,101 @@ func timingOf(client redis.UniversalClient) timing {
 // resending it after timeouts: (ReadTimeout + MaxRetryBackoff) per try,
 // MaxRetries + 1 tries. A release runs at least that long in the
 // background, so that go-redis can resend it, and leaves its mark as long
-// (see Locker.releaseMark).
+// (see Locker.spendFor).
 func (t timing) retryWindow() time.Duration {
 	return (max(t.read, 0) + max(t.backoff, 0)) * time.Duration(max(t.retries, 0)+1)
+}
+
+// workerIdle is how long a goroutine that ran a bounded call waits for the
+// next one before it ends.
+const workerIdle = 20 * time.Millisecond
+
+// tasks hands a call to a goroutine waiting in work: a send succeeds only
+// when one is waiting.
+var tasks = make(chan func())
+
+// spawn runs f in a goroutine of its own: one that has run a call before
+// and waits for the next, or a new one. A goroutine kept for the next call
+// saves the next its creation and the growth of its stack through
+// go-redis's, which under load was an eighth of a call's CPU. A kept one
+// ends after workerIdle without a call.
+func spawn(f func()) {
+	select {
+	case tasks <- f:
+	default:
+		go work(f)
+	}
+}
+
+// work runs f, then the calls it is handed, until none came for workerIdle.
+func work(f func()) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		f()
+		idle.Reset(workerIdle)
+		select {
+		case f = <-tasks:
+		case <-idle.C:
+			return
+		}
+	}
+}
+
+// noteErr asks a ClusterClient to reload its slot map after a command
+// failed on the network, or was redirected: go-redis does so by itself
+// after MOVED replies to its own routing, not after a master died, nor for
+// commands sent to one master's client (WithReplicas), and a failover would
+// otherwise go unseen for up to 10 s. (ReloadState only marks the map for a
+// reload in the background.)
+func (l *Locker) noteErr(err error) {
+	if err == nil || (refused(err) && !redirected(err)) || isCtxErr(err) {
+		return
+	}
+	l.failure.Store(&failure{err: err, at: time.Now()})
+	if c, ok := l.client.(*redis.ClusterClient); ok {
+		c.ReloadState(context.Background())
+	}
+}
+
+// A failure is the latest error a command of a Locker failed with on the
+// network or in go-redis (not a refusal: see noteErr), and when.
+type failure struct {
+	err error
+	at  time.Time
+}
+
+// lastFailure adds to noAnswer, the error of a wait whose attempts Redis did
+// not answer, the failure of the Locker's latest command that failed within
+// the last recentFailure, if any: a wait that ends while its attempt is
+// still in flight (go-redis redials) still says why, with go-redis's error
+// in the chain (errors.As finds a *net.OpError).
+func (l *Locker) lastFailure(noAnswer error) error {
+	if f := l.failure.Load(); f != nil && time.Since(f.at) < recentFailure {
+		return fmt.Errorf("%w (the latest command failed: %w)", noAnswer, f.err)
+	}
+	return noAnswer
+}
+
+// recentFailure is how recent a failure lastFailure reports is.
+const recentFailure = 10 * time.Second
+
+// redirected reports whether err is a Cluster's redirection (MOVED, ASK):
+// the node does not serve the key now. go-redis follows it by itself, but
+// not for a command sent to one node's client (see Locker.writer).
+func redirected(err error) bool {
+	return moved(err) || redis.HasErrorPrefix(err, "ASK")
+}
+
+// moved reports whether err is MOVED: the key's slot has another master
+// (a failover), which the slot map will name once reloaded. (ASK, a slot
+// being migrated, changes no map until the migration ends: a write
+// WithReplicas then fails; see docs/fault-tolerance.md.)
+func moved(err error) bool {
+	return redis.HasErrorPrefix(err, "MOVED")
+}
+
+// isCtxErr reports whether err is a context's end.
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }

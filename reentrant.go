@@ -105,10 +105,10 @@ func (l *Locker) join(ctx context.Context, key string, m lockMode) (*Lock, error
 		// A lock found lost stays lost, also once the give-back that
 		// follows the loss has released it (see KeepAlive): lost is set
 		// before any of its contexts ends with ErrLockLost.
-		live := !a.released && !a.releasing && a.holds > 0
+		live := !a.released && !a.releasing && a.handles > 0
 		lost := a.lost || live && (a.lostWhy != nil || !time.Now().Before(a.heldUntil()))
 		if live && !lost {
-			a.holds++
+			a.handles++
 		}
 		a.mu.Unlock()
 		switch {
@@ -133,11 +133,11 @@ func (lk *Lock) endHandle() (a *Lock, last, ok bool) {
 		return a, false, false
 	}
 	lk.ended = true
-	a.holds--
+	a.handles--
 	if lk.kept != nil {
 		lk.kept(context.Canceled) // Release ends the handle's kept context
 	}
-	return a, a.holds == 0, true
+	return a, a.handles == 0, true
 }
 
 // reopenHandle undoes endHandle after a release that failed, so that
@@ -147,7 +147,7 @@ func (lk *Lock) reopenHandle() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	lk.ended = false
-	a.holds++
+	a.handles++
 }
 
 // handleEnded reports whether Release was called on lk.

@@ -68,7 +68,7 @@ import (
 //	         This is how the library knows its own data: a string that does
 //	         not start with "rl1:", or a key of another type, or a sorted set
 //	         without such a member, was not written by it, and is never
-//	         changed (see holders in family.lua, and ErrWrongKind).
+//	         changed (see kindOf in family.lua, and ErrWrongKind).
 //	line     list of the tokens of the places in line, first in line first
 //	places   hash token -> "deadline ttl fenced mode pub channel desc":
 //	         until when (ms, Redis clock) the place is kept, the lease (ms),
@@ -367,17 +367,17 @@ func (ks keyspace) familyKeys(rkey, key, token string) []string {
 // attemptArgs are the arguments of one acquire.lua run (take.lua's, for a
 // plain attempt).
 type attemptArgs struct {
-	key, token string
-	holder     string // the holder's description, "" for none
-	ttl        time.Duration
-	fenced     bool
-	mode       lockMode
-	place      time.Duration // how long to keep a place; 0: a single attempt
-	renew      bool          // renew the token's place, do not take one
-	wake       wakeup        // how a hand-off to the place is announced
-	plain      bool          // a single attempt at a plain lock: take.lua
-	places     string        // the lock's places key, for a plain attempt
-	first      *firstAttempt // for a line's first attempt of the token, what is known of it
+	key, token   string
+	holder       string // the holder's description, "" for none
+	ttl          time.Duration
+	fenced       bool
+	mode         lockMode
+	place        time.Duration // how long to keep a place; 0: a single attempt
+	renew        bool          // renew the token's place, do not take one
+	wake         wakeup        // how a hand-off to the place is announced
+	plain        bool          // a single attempt at a plain lock: take.lua
+	places       string        // the lock's places key, for a plain attempt
+	firstAttempt *firstAttempt // for a line's first attempt of the token, what is known of it
 }
 
 // A wakeup is how a hand-off to a place of a Locker is announced: on which
@@ -457,7 +457,7 @@ func parseAttempt(a attemptArgs, cmd *redis.Cmd) (attemptResult, error) {
 type releaseArgs struct {
 	key, token string
 	mode       lockMode
-	leave      string        // a place to take out of line too, or ""
+	withdraw   string        // a place to take out of line too, or ""
 	spend      time.Duration // mark token spent for that long; 0: no mark
 	wake       string        // the caller's wake channel
 }
@@ -483,7 +483,7 @@ type handoff struct {
 func runRelease(ctx context.Context, c redis.Scripter, ks keyspace, a releaseArgs) (releaseResult, error) {
 	rkey := ks.lock(a.key)
 	s := scriptCall{releaseScript, ks.familyKeys(rkey, a.key, a.token),
-		[]any{&counted{s: a.token}, a.mode.arg(), a.leave, a.spend.Milliseconds(), a.wake}}
+		[]any{&counted{s: a.token}, a.mode.arg(), a.withdraw, a.spend.Milliseconds(), a.wake}}
 	cmd, sent := s.run(ctx, c)
 	res, err := cmd.Slice()
 	if err != nil {

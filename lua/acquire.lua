@@ -50,7 +50,7 @@ local pub, channel, desc = ARGV[7], ARGV[8], ARGV[9]
 if redis.call("EXISTS", SPENT) == 1 then
 	return {NO_PLACE, ONLY_LINE}
 end
-local kind, other = holders()
+local kind, other = kindOf()
 if not kind then
 	return {WRONG_KIND, other}
 end
@@ -60,9 +60,9 @@ if wrong then
 end
 if redis.call("EXISTS", LINE) == 1 then
 	handOff(nil) -- to the first in line, if it fits: maybe this token
-	kind = holders()
+	kind = kindOf()
 end
-local mine = holds(token, mode, kind)
+local mine = isHolder(token, mode, kind)
 if mine or (first and redis.call("EXISTS", LINE) == 0 and fits(mode, kind)) then
 	local fence, problem = given[token] or 0, nil -- a hand-off of this run issued it one
 	if fenced and fence == 0 then
@@ -72,7 +72,7 @@ if mine or (first and redis.call("EXISTS", LINE) == 0 and fits(mode, kind)) then
 		if drop(token, mode, kind) then
 			handOff(nil)
 		end
-		leave(token)
+		withdraw(token)
 		return {NO_FENCE, problem}
 	end
 	if mine then
@@ -80,13 +80,13 @@ if mine or (first and redis.call("EXISTS", LINE) == 0 and fits(mode, kind)) then
 	else
 		take(token, mode, ttl, desc)
 	end
-	leave(token)
+	withdraw(token)
 	return {OK, fence}
 end
 if keep > 0 then
 	local problem = fenced and fenceProblem(FENCE)
 	if problem then
-		leave(token)
+		withdraw(token)
 		return {NO_FENCE, problem}
 	end
 	if not first and redis.call("HEXISTS", PLACES, token) == 0 then

@@ -29,7 +29,7 @@ end
 -- lock, waited for like any other holder, never changed; for anything else
 -- this layout did not write, nil and what it is ("layout<n>" for the data
 -- of layout rl<n>, else its Redis type)
-local function holders()
+local function kindOf()
 	local t = redis.call("TYPE", K).ok
 	if t == "none" then
 		return ""
@@ -104,7 +104,7 @@ local function fits(mode, kind)
 end
 
 -- whether token holds K, which holds kind, in mode
-local function holds(token, mode, kind)
+local function isHolder(token, mode, kind)
 	if kind ~= mode then
 		return false
 	elseif mode == EXCLUSIVE then

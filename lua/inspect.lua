@@ -13,7 +13,7 @@
 --         FOREIGN the key's value), lease left (ms; NO_EXPIRY without
 --         expiry) and description ("" if none).
 
-local kind, other = holders()
+local kind, other = kindOf()
 local what, permits, held = kind or other, 0, {}
 if kind == EXCLUSIVE or kind == FOREIGN then
 	local token = redis.call("GET", K)

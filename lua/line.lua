@@ -78,7 +78,7 @@ local function place(token, keep, ttl, fenced, mode, pub, channel, desc)
 end
 
 -- takes token's place out of line, if it has one
-local function leave(token)
+local function withdraw(token)
 	if redis.call("HDEL", PLACES, token) == 1 then
 		redis.call("LREM", LINE, 1, token)
 	end
@@ -106,7 +106,7 @@ local function handOff(mine)
 			deadline, ttl, fenced, mode, pub, channel, desc = string.match(value, PLACE)
 		end
 		local live = deadline and tonumber(deadline) >= now
-		if live and not fits(mode, holders()) then
+		if live and not fits(mode, kindOf()) then
 			return own, n
 		end
 		redis.call("LPOP", LINE)

@@ -18,14 +18,14 @@
 --         line); handoffs is how many places in line got the key; then the
 --         hand-offs to places on the caller's channel.
 
-local token, mode, alsoLeave, spendFor, mine = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local token, mode, alsoWithdraw, spendFor, mine = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 
-local held = drop(token, mode, holders())
+local held = drop(token, mode, kindOf())
 if not held then
-	leave(token)
+	withdraw(token)
 end
-if alsoLeave ~= "" then
-	leave(alsoLeave)
+if alsoWithdraw ~= "" then
+	withdraw(alsoWithdraw)
 end
 local own, n = handOff(mine)
 if spendFor > 0 then

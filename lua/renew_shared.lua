@@ -13,7 +13,7 @@
 
 local token, ttl, gen, fenced, mode = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == "1", ARGV[5]
 
-if not holds(token, mode, holders()) then
+if not isHolder(token, mode, kindOf()) then
 	return {NOT_OURS, 0}
 end
 if not newerGeneration(GENS, token, gen, ttl) then

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,6 +53,64 @@ func TestPlain_OneCommandEachWayAndOneKey(t *testing.T) {
 	assert.Equal(t, []string{"take", "keys", "drop"}, ran)
 	assert.Equal(t, int64(2), n.Load()-before-1, "Obtain and Release: one command each (and the KEYS above)")
 	assert.Zero(t, rdb.DBSize(ctx).Val(), "nothing left")
+}
+
+// The plain lock reads in one place: with context.Background(), one node
+// and no option, the command that takes a plain lock reaches go-redis
+// through at most 6 frames of the package, in at most 3 files, and the
+// command that releases it through at most 5 frames in at most 2 files.
+// (A go-redis hook takes the stack when the command is processed.) So
+// nothing of replicas, the line, the lock family or the quorum stands
+// between a plain lock and its one command each way.
+func TestPlain_ShortPathToRedis(t *testing.T) {
+	b := realBackend(t)
+	rdb, _ := b.client(t)
+	loadScripts(t, rdb)
+	stacks := map[script][]runtime.Frame{}
+	var mu sync.Mutex
+	rdb.AddHook(hook{before: func(cmd redis.Cmder) {
+		s := scriptOfCmd(cmd)
+		if s != takeScript && s != dropScript {
+			return
+		}
+		pcs := make([]uintptr, 64)
+		frames := runtime.CallersFrames(pcs[:runtime.Callers(1, pcs)])
+		var ours []runtime.Frame
+		for {
+			f, more := frames.Next()
+			if pkg, _, _ := strings.Cut(strings.TrimPrefix(f.Function, "github.com/seed5e0b76d9/"), "."); pkg == "redislock" {
+				ours = append(ours, f)
+			}
+			if !more {
+				break
+			}
+		}
+		mu.Lock()
+		stacks[s] = ours
+		mu.Unlock()
+	}})
+	ctx := context.Background()
+	lk, err := redislock.New(rdb).Obtain(ctx, "order:42", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, lk.Release(ctx))
+	for _, c := range []struct {
+		s             script
+		frames, files int
+	}{{takeScript, 6, 3}, {dropScript, 5, 2}} {
+		mu.Lock()
+		stack := stacks[c.s]
+		mu.Unlock()
+		require.NotEmpty(t, stack, "no %s script ran", c.s)
+		files := map[string]bool{}
+		var lines []string
+		for _, f := range stack {
+			files[filepath.Base(f.File)] = true
+			lines = append(lines, fmt.Sprintf("%s (%s:%d)", f.Function, filepath.Base(f.File), f.Line))
+		}
+		t.Logf("%s: %d frames in %d files:\n%s", c.s, len(stack), len(files), strings.Join(lines, "\n"))
+		assert.LessOrEqual(t, len(stack), c.frames, "frames of the package on the %s script's stack", c.s)
+		assert.LessOrEqual(t, len(files), c.files, "files of the package on the %s script's stack", c.s)
+	}
 }
 
 // Plain use leaves nothing behind: thousands of Obtain+Release cycles on

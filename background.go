@@ -5,24 +5,24 @@ import (
 	"sync"
 )
 
-// chores counts the work a Locker does in the background that Redis must
+// background counts the work a Locker does in the background that Redis must
 // see: releases that go on after Release returned, places given up by
 // Obtains that ended, locks taken by calls abandoned at their deadline and
 // given back when their reply comes. Shutdown waits for them.
-type chores struct {
+type background struct {
 	mu   sync.Mutex
 	n    int
 	idle chan struct{} // made by a wait while n > 0, closed when n drops to 0
 }
 
-// begin counts a chore; end ends it.
-func (c *chores) begin() {
+// begin counts a piece of background work; end ends it.
+func (c *background) begin() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.n++
 }
 
-func (c *chores) end() {
+func (c *background) end() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n--; c.n == 0 && c.idle != nil {
@@ -31,8 +31,8 @@ func (c *chores) end() {
 	}
 }
 
-// run runs f in a goroutine, as a chore.
-func (c *chores) run(f func()) {
+// run runs f in a goroutine, as background work.
+func (c *background) run(f func()) {
 	c.begin()
 	go func() {
 		defer c.end()
@@ -40,8 +40,8 @@ func (c *chores) run(f func()) {
 	}()
 }
 
-// wait waits until no chore is left, or ctx ends.
-func (c *chores) wait(ctx context.Context) error {
+// wait waits until no background work is left, or ctx ends.
+func (c *background) wait(ctx context.Context) error {
 	c.mu.Lock()
 	if c.n == 0 {
 		c.mu.Unlock()
@@ -54,7 +54,7 @@ func (c *chores) wait(ctx context.Context) error {
 	c.mu.Unlock()
 	select {
 	case <-idle:
-		return c.wait(ctx) // chores begun by those that ended
+		return c.wait(ctx) // work begun by the work that ended
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -82,7 +82,7 @@ func (l *Locker) Shutdown(ctx context.Context) error {
 	if err := l.usable(); err != nil {
 		return err
 	}
-	if err := l.chores.wait(ctx); err != nil {
+	if err := l.background.wait(ctx); err != nil {
 		return err
 	}
 	return l.lines.subscriptionEnded(ctx)

@@ -1,0 +1,177 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// backend are the Redis backend that hold a Locker's locks, and what is
+// done on them: the seam between the Locker (options, reentrancy, the
+// lease clock, the keeper, hooks: the same for every Locker) and where its
+// locks live. New's Locker has one deployment (a single node, a Sentinel's
+// primary, a Cluster: see deployment); NewQuorum's has a majority of
+// independent backend to win (see quorum), each of them a deployment.
+type backend interface {
+	// check refuses, before anything is sent, a call that these masters do
+	// not support: o its options, ttl its lease.
+	check(o *options, ttl time.Duration) error
+	// acquire obtains the lock on key for ttl: waiting until ctx ends, or
+	// with a single attempt when o.wait == 0. It also returns how many
+	// acquire commands it sent.
+	acquire(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, int, error)
+	// renew sets the leases of calls, all served by one node (see keeper),
+	// acknowledged by r's replicas, and returns a reply each.
+	renew(ctx context.Context, calls []refreshArgs, r replicas) []renewReply
+	// release releases lk, whose release has begun, bounded by ctx: held
+	// reports whether it held the key, handoffs to how many waiters it
+	// handed the key. A release that ctx cuts short goes on in the
+	// background (see Lock.end), and reports its hand-offs itself.
+	release(ctx context.Context, lk *Lock) (held bool, handoffs int, err error)
+	// pttl returns lk's lease left, negative when lk does not hold the key.
+	pttl(ctx context.Context, lk *Lock) (time.Duration, error)
+	// inspect reports who holds key.
+	inspect(ctx context.Context, key string) (Info, error)
+}
+
+// A deployment is the masters of one Redis deployment, reached through one
+// go-redis client: a single node, the primary of a Sentinel setup, or the
+// masters of a Cluster (go-redis routes each key to its own). Its Locker
+// waits in line for keys held by others (see line.go), and keeps the data
+// described in scripts.go; a plain lock (see the note at the top of scripts.go) is one key.
+type deployment struct{ l *Locker }
+
+func (d deployment) check(o *options, _ time.Duration) error {
+	l := d.l
+	if o.replicas.n > 0 && l.read > 0 && o.replicas.timeout > l.read-waitSlack(l.read) {
+		return fmt.Errorf("%w: WithReplicas timeout %v: must leave %v of the client's ReadTimeout (%v): Redis answers a WAIT that timed out up to 100ms late, and go-redis would stop reading first",
+			ErrInvalidOption, o.replicas.timeout, waitSlack(l.read), l.read)
+	}
+	return nil
+}
+
+func (d deployment) renew(ctx context.Context, calls []refreshArgs, r replicas) []renewReply {
+	return d.l.renewAll(ctx, calls, r)
+}
+
+func (d deployment) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
+	return runPTTL(ctx, d.l.client, lk.rkey, lk.token, lk.mode)
+}
+
+func (d deployment) inspect(ctx context.Context, key string) (Info, error) {
+	return runInspect(ctx, d.l.client, d.l.keys, key)
+}
+
+// renewAll is deployment.renew: it runs renew.lua (renew_shared.lua)
+// for each of calls in one pipeline, acknowledged by replicas as r asks.
+//
+// With replicas on a Cluster whose slot moved (a failover), the renewals the
+// old master answered MOVED ran nowhere (go-redis does not follow MOVED for
+// one master's client): they are sent once more, when the slot map names
+// the new master (see Locker.acked).
+func (l *Locker) renewAll(ctx context.Context, calls []refreshArgs, r replicas) []renewReply {
+	return l.renewOn(ctx, calls, r, r.n > 0)
+}
+
+// renewOn is renewAll, which sends the renewals answered MOVED again when
+// reroute is true.
+func (l *Locker) renewOn(ctx context.Context, calls []refreshArgs, r replicas, reroute bool) []renewReply {
+	replies := make([]renewReply, len(calls))
+	rkey := l.keys.lock(calls[0].key)
+	c, err := l.writer(ctx, rkey, r)
+	if err != nil {
+		for i := range replies {
+			replies[i] = renewReply{code: -1, err: failed("renew", calls[i].key, err)}
+		}
+		return replies
+	}
+	run := make([]scriptCall, len(calls))
+	for i, a := range calls {
+		run[i] = a.call(l.keys)
+	}
+	cmds, _, acked, err := runPipeline(ctx, c, run, r)
+	l.noteErr(err)
+	var again []refreshArgs
+	var at []int
+	for i, cmd := range cmds {
+		if reroute && moved(cmd.Err()) {
+			again, at = append(again, calls[i]), append(at, i)
+			continue
+		}
+		replies[i] = renewReplyOf(cmd, calls[i].key, r, acked)
+	}
+	if len(again) > 0 {
+		l.noteErr(cmds[at[0]].Err()) // err may be another command's
+		l.rerouted(ctx, rkey, c)
+		for j, reply := range l.renewOn(ctx, again, r, false) {
+			replies[at[j]] = reply
+		}
+	}
+	return replies
+}
+
+// renewReplyOf is the reply to a renewal of key that answered cmd, in a
+// pipeline that acked replicas acknowledged (r asks for r.n).
+func renewReplyOf(cmd *redis.Cmd, key string, r replicas, acked int64) renewReply {
+	res, err := parseRefresh(cmd)
+	switch {
+	case err != nil:
+		return renewReply{code: -1, err: failed("renew", key, err)}
+	case res.set && int(acked) < r.n:
+		return renewReply{code: -1, err: failed("renew", key, notReplicated(r, acked, "the renewal does not count"))}
+	case res.set:
+		return renewReply{code: 1, fence: res.fence}
+	case res.held:
+		return renewReply{code: 2}
+	}
+	return renewReply{}
+}
+
+// release releases lk with release.lua, which hands the key to the next
+// in line, takes a place of the Locker that nobody waits in any more out of
+// line, and marks lk's token spent when a copy of its acquisition may still
+// run (see spend.lua). (A plain lock is dropped before it comes to this:
+// see Lock.end.) When ctx ends first, the release goes on in the background
+// (see detached), and its hand-offs are reported when it is done.
+func (d deployment) release(ctx context.Context, lk *Lock) (held bool, handoffs int, err error) {
+	l := d.l
+	if placing := l.lines.placing(lk); placing != nil {
+		// A waiter of this Locker is between two places in line: let its
+		// place reach Redis first (a round trip), so that the key does not
+		// go free for others to take meanwhile.
+		await(ctx, placing, l.silence())
+	}
+	ln, leave := l.lines.prepareRelease(lk)
+	a := releaseArgs{key: lk.key, token: lk.token, mode: lk.mode, withdraw: leave, wake: l.wakeFor(lk.key).channel}
+	lk.mu.Lock()
+	if lk.resent || lk.firstAttempt.mayRun() {
+		a.spend = l.spendFor()
+	}
+	lk.mu.Unlock()
+	run := func(ctx context.Context) (releaseResult, error) {
+		res, err := runRelease(ctx, l.client, l.keys, a)
+		l.noteErr(err)
+		l.lines.releaseDone(l, lk.key, ln, res, err)
+		return res, err
+	}
+	var res releaseResult
+	if ctx.Done() == nil { // cannot end: nothing goes on in the background
+		res, err = run(ctx)
+	} else {
+		l.background.begin()
+		res, err = detached(ctx, l.releaseBound(), func(ctx context.Context) (releaseResult, error) {
+			defer l.background.end() // it goes on when the caller stops waiting
+			return run(ctx)
+		}, func(res releaseResult, err error) {
+			if err == nil { // the caller stopped waiting: reported when it is done
+				l.handedOff(ctx, lk.key, false, res.handoffs)
+			}
+		})
+	}
+	if err != nil {
+		return false, 0, err
+	}
+	return lk.releasedBy(res.released, res.resent), res.handoffs, nil
+}

@@ -1,0 +1,295 @@
+package redislock
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// A leaseClock is the end of a lock's lease as this process knows it, on
+// the monotonic clock, and the commands that may still move it: renewals
+// (several may be in flight, see keeper), Refresh, claims.
+//
+// Invariant: until is never later than the key's expiry in Redis, whatever
+// the order in which Redis runs the commands in flight, and even when one
+// runs late or twice (go-redis sends a command again after a timeout, and a
+// closed connection still delivers what it had sent). The argument:
+//
+//   - Each command carries a generation. A command that sets another
+//     length than the one before it (a Refresh to another ttl, a claim, a
+//     renewal after a Refresh that did not return) starts a new one, so
+//     that all the commands of a generation set the same length, whatever
+//     became of those before them (a Refresh abandoned at its deadline may
+//     still run). Redis keeps, per holder, the highest generation it ran,
+//     for as long as the holder's lease lasts, and refuses a command of a
+//     lower one (the gens key; see renew.lua and generation.lua). So the commands that set
+//     the lease, in the order Redis runs them, are of generations that
+//     never go down. An acquire attempt that runs again for a token that
+//     holds the key (a late copy) only lengthens the lease, if anything
+//     (see acquire.lua): it cannot move the expiry below until either.
+//   - A command sent at S that sets the lease to ttl sets the expiry to
+//     E + ttl, where E >= S is when Redis runs it; the expiry is that of the
+//     last one Redis ran. send lowers until to S + ttl at once, before Redis
+//     can run the command: whenever it runs, the expiry stays at or above
+//     until.
+//   - settle, when a command sent at S that set the lease to ttl is known to
+//     have run, raises until to S + ttl, but not above max(S, S') + ttl' for
+//     any command (S', ttl') of the same or a later generation that Redis
+//     may run after it: those in flight, those that failed (they may still
+//     run), and those whose outcome arrived after S. Such a command runs at
+//     some E' >= S' and, being later, E' >= S: it leaves the expiry at
+//     E' + ttl' >= max(S, S') + ttl'. A command of an earlier generation
+//     cannot run after it: Redis refuses it. So a late copy of a shorter
+//     Refresh cannot shorten the lease behind until's back, and a renewal of
+//     the same length stuck on a dead connection does not hold until back.
+type leaseClock struct {
+	until  time.Time
+	ttl    time.Duration // the lease renewals set: the acquisition's, or the latest Refresh's
+	gen    int64         // the generation of the latest command sent
+	genTTL time.Duration // the length that the commands of generation gen set
+	cmds   []leaseCmd    // commands that Redis may run after one in flight
+	last   uint64        // the id of the latest command sent
+	drift  bool          // a quorum lock's: each lease ends quorumDrift early
+}
+
+// lease is how long a lease of ttl lasts on the local clock: ttl, less
+// quorumDrift(ttl) for a quorum lock (see quorumDrift for the argument).
+func (c *leaseClock) lease(ttl time.Duration) time.Duration {
+	if c.drift {
+		return ttl - quorumDrift(ttl)
+	}
+	return ttl
+}
+
+// A leaseCmd is a command that sets the lease.
+type leaseCmd struct {
+	id     uint64
+	sent   time.Time
+	ttl    time.Duration
+	gen    int64
+	done   time.Time // when its outcome arrived; zero while in flight
+	failed bool      // its outcome is unknown: it may still run
+}
+
+// send records a command that sets the lease to ttl, sent now, and returns
+// its id and generation. A command that sets another length than the one
+// sent before it starts a new generation. moved reports that until changed.
+func (c *leaseClock) send(sent time.Time, ttl time.Duration) (id uint64, gen int64, moved bool) {
+	if ttl != c.genTTL {
+		c.gen, c.genTTL = c.gen+1, ttl
+	}
+	end := sent.Add(c.lease(ttl))
+	if end.Before(c.until) {
+		c.until, moved = end, true
+	}
+	c.last++
+	c.cmds = append(c.cmds, leaseCmd{id: c.last, sent: sent, ttl: ttl, gen: c.gen})
+	return c.last, c.gen, moved
+}
+
+// An outcome is what became of a command that sets the lease.
+type outcome int
+
+// record records the outcome of command id. moved reports that until
+// changed.
+func (c *leaseClock) record(id uint64, out outcome) (moved bool) {
+	now := time.Now()
+	i := slices.IndexFunc(c.cmds, func(x leaseCmd) bool { return x.id == id })
+	if i < 0 {
+		return false
+	}
+	c.cmds[i].done, c.cmds[i].failed = now, out == outcomeUnknown
+	me := c.cmds[i]
+	if out == outcomeSet {
+		end := me.sent.Add(c.lease(me.ttl))
+		for _, o := range c.cmds {
+			if o.id != id && o.gen >= me.gen && (o.done.IsZero() || o.failed || o.done.After(me.sent)) {
+				// o may run after me: it leaves at least this.
+				if e := maxTime(me.sent, o.sent).Add(c.lease(o.ttl)); e.Before(end) {
+					end = e
+				}
+			}
+		}
+		if end.After(c.until) {
+			c.until, moved = end, true
+		}
+	}
+	c.prune(now)
+	return moved
+}
+
+// prune forgets the commands that can no longer bound until: those that
+// ran before every command in flight was sent, and failed ones that a later
+// generation has superseded or that are no shorter than the lease set now.
+func (c *leaseClock) prune(now time.Time) {
+	oldest := now
+	var setGen int64 = -1
+	for _, o := range c.cmds {
+		if o.done.IsZero() && o.sent.Before(oldest) {
+			oldest = o.sent
+		}
+	}
+	for _, o := range c.cmds {
+		if !o.done.IsZero() && !o.failed {
+			setGen = max(setGen, o.gen)
+		}
+	}
+	c.cmds = slices.DeleteFunc(c.cmds, func(o leaseCmd) bool {
+		switch {
+		case o.done.IsZero():
+			return false
+		case o.failed:
+			return o.gen < setGen || o.ttl >= c.ttl
+		}
+		return !o.done.After(oldest)
+	})
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// busy reports whether commands that set the lease are in flight.
+func (c *leaseClock) busy() bool {
+	return slices.ContainsFunc(c.cmds, func(o leaseCmd) bool { return o.done.IsZero() })
+}
+
+// refreshArgs returns the arguments of a command that sets lk's lease to
+// ttl, of generation gen, issuing a fence when fenced.
+func (lk *Lock) refreshArgs(ttl time.Duration, gen int64, fenced bool) refreshArgs {
+	return refreshArgs{key: lk.key, token: lk.token, mode: lk.mode, ttl: ttl, gen: gen, fenced: fenced, described: lk.described}
+}
+
+// renewTo makes ttl the lease that renewals set from now on (see
+// leaseClock), and reschedules KeepAlive's next renewal from it.
+func (lk *Lock) renewTo(ttl time.Duration) {
+	lk.mu.Lock()
+	lk.clock.ttl = ttl
+	r := lk.renewal
+	lk.mu.Unlock()
+	if r != nil {
+		lk.locker.keeper.reschedule(r)
+	}
+}
+
+// lease returns the lease's local end and the ttl renewals set.
+func (lk *Lock) lease() (until time.Time, ttl time.Duration) {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.clock.until, lk.clock.ttl
+}
+
+// A renewReply is the reply to one renewal: code 1 (renewed, with fence
+// when one was asked for), 2 (held, but a command of a later generation
+// had run: not renewed), 0 (lost), or -1 (failed with err: it may have
+// run, or run later).
+type renewReply struct {
+	code  int64
+	fence int64
+	err   error
+}
+
+// outcome is the reply's outcome for the lease clock.
+func (r renewReply) outcome() outcome {
+	switch r.code {
+	case 1:
+		return outcomeSet
+	case -1:
+		return outcomeUnknown
+	}
+	return outcomeNotSet
+}
+
+// event is the reply's outcome for Hooks.Renew.
+func (r renewReply) event() Outcome {
+	switch r.code {
+	case 1:
+		return OutcomeRenewed
+	case 2:
+		return OutcomeSuperseded
+	case 0:
+		return OutcomeLost
+	}
+	return OutcomeError
+}
+
+// A leaseSet is one command that sets a lock's lease: the one sequence by
+// which every lease is set (an acquisition's claim, Refresh, the keeper's
+// renewals, a quorum's acquisition). beginSet records it on the lease
+// clock before it is sent; the caller sends it, alone (setLease) or in a
+// pipeline of the keeper's (keeper.renew), through the Locker's backend;
+// done records its reply.
+type leaseSet struct {
+	lk   *Lock
+	id   uint64
+	args refreshArgs
+}
+
+// beginSet records that a command setting lk's lease to ttl (and issuing
+// a fence, when fence) is sent now; ok is false when lk is released, being
+// released, or lost: nothing may change its lease any more (a pass hands
+// its lease on). It and done move the lost-lock timer of KeepAlive along
+// with the lease. When a command shortens the lease (a Refresh to a
+// shorter ttl), the next renewal is made due a third of that ttl later, so
+// that the lease is renewed in time should the command never return (a
+// dead connection).
+func (lk *Lock) beginSet(ttl time.Duration, fence bool) (s leaseSet, ok bool) {
+	lk.mu.Lock()
+	if lk.released || lk.releasing || lk.lost || lk.lostWhy != nil {
+		lk.mu.Unlock()
+		return leaseSet{}, false
+	}
+	sent := time.Now()
+	id, gen, moved := lk.clock.send(sent, ttl)
+	lk.generations = lk.generations || gen > 0
+	r := lk.renewal
+	if moved {
+		lk.moveExpiry()
+	}
+	lk.mu.Unlock()
+	if moved && r != nil {
+		lk.locker.keeper.hurry(r, sent, ttl)
+	}
+	return leaseSet{lk: lk, id: id, args: lk.refreshArgs(ttl, gen, fence)}, true
+}
+
+// done records r, the reply to s, on the lease clock, and the fence it
+// issued. A lease that was set is not yet the lease renewals set: that
+// takes newGeneration (setLease calls it; the keeper renews to that lease
+// already).
+func (s leaseSet) done(r renewReply) {
+	lk := s.lk
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.clock.record(s.id, r.outcome()) {
+		lk.moveExpiry()
+	}
+	if r.code == 1 && s.args.fenced {
+		lk.fence = r.fence
+	}
+}
+
+// setLease sets lk's lease to ttl from now, issuing a fence when fence,
+// with one command bounded by ctx (see call), and makes ttl the lease that
+// renewals set. Its reply's code 0 says that lk does not hold the key (or
+// is released or lost already: nothing was sent); the caller decides what
+// that means (Refresh: lost; an acquisition's claim: the lease ran out).
+func (lk *Lock) setLease(ctx context.Context, ttl time.Duration, fence bool) (renewReply, error) {
+	s, ok := lk.beginSet(ttl, fence)
+	if !ok {
+		return renewReply{}, nil
+	}
+	l := lk.locker
+	r, err := call(ctx, l, func(ctx context.Context) (renewReply, error) {
+		r := l.backend.renew(ctx, []refreshArgs{s.args}, lk.replicas)[0]
+		s.done(r)
+		return r, r.err
+	})
+	if err == nil && r.code == 1 {
+		lk.renewTo(ttl)
+	}
+	return r, err
+}
