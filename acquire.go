@@ -7,33 +7,67 @@ import (
 	"time"
 )
 
+// Acquisitions on a deployment (see backend.go): a plain lock in one
+// command, a single attempt (TryObtain), or waiting in the key's line
+// (queue); then the claim that makes the lease fit the call, and the
+// give-back of what an acquisition that failed or gave up may hold.
+
+// acquire takes a plain lock with one command when it can (see the note at
+// the top of scripts.go), and else waits in the key's line (see queue); a
+// single attempt when o.wait == 0 (see try). It also returns how many
+// acquire commands it sent.
+func (d deployment) acquire(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, int, error) {
+	l := d.l
+	if o.wait == 0 {
+		return l.try(ctx, key, ttl, o)
+	}
+	if !o.plain() || l.lines.busy(key) {
+		return l.queue(ctx, key, ttl, o, nil)
+	}
+	lk, res, err := l.once(ctx, l.attemptArgs(key, ttl, o), o)
+	switch {
+	case lk != nil:
+		return lk, 1, nil
+	case isAbandoned(err):
+		return nil, 1, waitFailed(key, ctx.Err(), l.lastFailure(errNoAnswer))
+	case err != nil && ctx.Err() != nil:
+		return nil, 1, waitFailed(key, ctx.Err(), err)
+	case err != nil && (permanent(err) || errors.Is(err, ErrNotReplicated)):
+		return nil, 1, err
+	}
+	// Held by another owner, not plain, or a failure that waiting may
+	// cure (the line tries again after its backoff): the line decides,
+	// knowing that Redis answered when it did.
+	var blocked *attemptResult
+	if err == nil && !res.notPlain {
+		blocked = &res
+	}
+	lk, n, err := l.queue(ctx, key, ttl, o, blocked)
+	return lk, n + 1, err
+}
+
 // try makes TryObtain's single attempt. It takes no place in line, and
 // never takes the key while others wait for it: the Locker's own waiters are
 // seen here (no command is sent then), those of other processes by the
-// scripts. A plain lock (see the note at the top of scripts.go) is tried with take.lua, and with
-// acquire.lua when the key turns out not to be plain. It also returns how
-// many acquire commands it sent.
+// scripts. A plain lock is tried with take.lua, and with acquire.lua when
+// the key turns out not to be plain. It also returns how many acquire
+// commands it sent.
 func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, int, error) {
 	if l.lines.busy(key) {
 		return nil, 0, fmt.Errorf("%w: %s: this Locker holds it or waits for it", ErrNotObtained, quoteKey(key))
 	}
 	a := l.attemptArgs(key, ttl, o)
 	lk, res, err := l.once(ctx, a, o)
+	n := 1
 	if a.plain && err == nil && lk == nil && res.notPlain {
 		a.plain, a.token = false, newToken()
 		lk, res, err = l.once(ctx, a, o)
-		return lk, 2, l.tried(key, res, err)
+		n = 2
 	}
-	return lk, 1, l.tried(key, res, err)
-}
-
-// tried is the error of a single attempt on key that returned (res, err)
-// and no lock.
-func (l *Locker) tried(key string, res attemptResult, err error) error {
-	if err != nil || res.ours {
-		return err
+	if err == nil && lk == nil {
+		err = notObtained(key, nil, res.pttl)
 	}
-	return notObtained(key, nil, res.pttl)
+	return lk, n, err
 }
 
 // attemptArgs returns the arguments of an acquisition's single attempt,
@@ -58,7 +92,7 @@ func (l *Locker) once(ctx context.Context, a attemptArgs, o *options) (*Lock, at
 	start := time.Now()
 	var res attemptResult
 	var err error
-	if ctx.Done() == nil && o.replicas.n == 0 { // it cannot be abandoned, nor need acknowledging
+	if ctx.Done() == nil && o.replicas.n == 0 { // it can neither be abandoned nor need acknowledging
 		res, err = runAttempt(ctx, l.client, l.keys, a)
 		l.noteErr(err)
 	} else {
@@ -77,7 +111,7 @@ func (l *Locker) once(ctx context.Context, a attemptArgs, o *options) (*Lock, at
 		return lk, res, nil
 	case err == nil:
 		if res.resent {
-			l.withdrawLater(ctx, a.key, a.token, a.mode, true, forgetWait) // a first copy may still run
+			l.withdrawLater(ctx, a.key, a.token, a.mode, true, withdrawWait) // a first copy may still run
 		}
 		return nil, res, nil
 	case errors.Is(err, ErrNotReplicated):
@@ -85,23 +119,24 @@ func (l *Locker) once(ctx context.Context, a attemptArgs, o *options) (*Lock, at
 		err = givenBack(err, l.withdrawLater(ctx, a.key, a.token, a.mode, res.resent, l.releaseBound()))
 	case !refused(err) && !isAbandoned(err) && !res.unsent:
 		// The attempt may have run: if it took the key, give it back.
-		l.withdrawLater(ctx, a.key, a.token, a.mode, true, forgetWait)
+		l.withdrawLater(ctx, a.key, a.token, a.mode, true, withdrawWait)
 	}
 	return nil, res, failed("acquire", a.key, err)
 }
 
-// sendOnce sends the single attempt a, bounded by ctx (see bounded): an
-// attempt abandoned at ctx's end settles itself when its outcome comes. It
-// undoes what it did (and what a copy that go-redis sent again may still
-// do) unless its outcome is sure (a reply, go-redis sent it once, or never)
-// and it took nothing.
+// sendOnce sends the single attempt a, bounded by ctx (see bounded), and
+// acknowledged by r's replicas (see attemptAcked). An attempt abandoned at
+// ctx's end cleans up after itself when its outcome comes: it withdraws
+// its token (and marks it spent, when a copy that go-redis sent again may
+// still run) unless its outcome is sure (a reply, go-redis sent it once, or
+// never) and it took nothing.
 func (l *Locker) sendOnce(ctx context.Context, a attemptArgs, r replicas) (attemptResult, error) {
 	if ctx.Done() == nil { // cannot be abandoned
 		res, err := l.attemptAcked(ctx, a, r)
 		l.noteErr(err)
 		return res, err
 	}
-	l.background.begin() // ended when the attempt's outcome is settled
+	l.background.begin() // ended when the attempt's outcome is known
 	res, err := bounded(ctx, l.direct, func(ctx context.Context) (attemptResult, error) {
 		res, err := l.attemptAcked(ctx, a, r)
 		l.noteErr(err)
@@ -120,13 +155,14 @@ func (l *Locker) sendOnce(ctx context.Context, a attemptArgs, r replicas) (attem
 
 // queue waits in the key's line until the key is handed or passed to this
 // Obtain, or ctx ends. The line decides what to do next (lines.next); this
-// loop only does it.
-// It also returns how many attempts this Obtain sent.
-func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *options, before *attemptResult) (_ *Lock, attempts int, _ error) {
+// loop only does it. blocked, when not nil, is what an attempt made just
+// before found: the key held by another owner. It also returns how many
+// attempts this Obtain sent.
+func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *options, blocked *attemptResult) (_ *Lock, attempts int, _ error) {
 	deadline, _ := ctx.Deadline()
 	ln, w := l.lines.enter(key, l.wakeFor(key), ttl, deadline, o)
-	if before != nil {
-		l.lines.blockedBefore(ln, *before)
+	if blocked != nil {
+		l.lines.blockedBefore(ln, *blocked)
 	}
 	for {
 		s := l.lines.next(l, ln, w)
@@ -156,17 +192,17 @@ func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *op
 			_ = sleep(ctx, w.wake, s.wait)
 		}
 		if ctx.Err() != nil {
-			held, last := l.giveUp(ln, w)
+			blocked, last := l.giveUp(ln, w)
 			if last != nil {
 				return nil, attempts, waitFailed(key, ctx.Err(), last)
 			}
-			return nil, attempts, notObtained(key, ctx.Err(), held)
+			return nil, attempts, notObtained(key, ctx.Err(), blocked)
 		}
 	}
 }
 
 // attempt sends the line's attempt a in the background. Its outcome
-// settles the line (see lines.attempted), which wakes the head: a waiter
+// updates the line (see lines.attempted), which wakes the head: a waiter
 // never waits for a reply, so that a stuck one holds up neither its
 // deadline nor a lock passed to it. It is bounded as a release is (by
 // go-redis's own timeouts and retries), not by the Obtain that sent it:
@@ -181,10 +217,6 @@ func (l *Locker) attempt(ln *line, a *attemptArgs) {
 	})
 }
 
-// errLeaseRanOut is claim's error when the lease ran out before it could be
-// renewed: the lock is not held.
-var errLeaseRanOut = errors.New("the lease ran out before the acquire's reply arrived: Redis or the network stalled")
-
 // claim makes the lease of lk, just acquired, fit a request for ttl: at
 // least half of ttl left when it returns (a late reply, or a long wait for
 // a hand-off, leaves less), and a fence when fenced. With force it renews
@@ -193,27 +225,27 @@ var errLeaseRanOut = errors.New("the lease ran out before the acquire's reply ar
 // renews the lease to ttl from now (see setLease), at most maxClaims times:
 // a ttl shorter than about two round trips to Redis never gets there, and
 // must not loop for as long as ctx lasts. On failure the key is given back
-// (which hands it on) before claim returns, as far as forgetWait and ctx
+// (which hands it on) before claim returns, as far as withdrawWait and ctx
 // allow (for ErrNotReplicated, which says nothing is held, as far as ctx
 // allows); errLeaseRanOut when it was no longer held.
 func (l *Locker) claim(ctx context.Context, lk *Lock, ttl time.Duration, fenced, force bool) error {
 	for try := 0; force || time.Until(lk.Until()) < ttl/2 || fenced && lk.fence == 0; try++ {
 		if try == maxClaims {
-			await(ctx, l.releaseLater(lk), forgetWait)
+			await(ctx, l.releaseLater(lk), withdrawWait)
 			return failed("acquire", lk.key, errTTLTooShort)
 		}
 		force = false
 		r, err := lk.setLease(ctx, ttl, fenced && lk.fence == 0)
 		switch {
-		case err == nil && r.code == 0:
+		case r.lost():
 			lk.lapse()
-			l.releaseLater(lk) // on a quorum, masters of a minority may hold it still
+			l.releaseLater(lk) // on a quorum, the masters of a minority may hold it still
 			return failed("acquire", lk.key, errLeaseRanOut)
 		case errors.Is(err, ErrNotReplicated):
 			// Nothing is held once ErrNotReplicated returns.
 			return failed("acquire", lk.key, givenBack(err, await(ctx, l.releaseLater(lk), l.releaseBound())))
 		case err != nil:
-			await(ctx, l.releaseLater(lk), forgetWait)
+			await(ctx, l.releaseLater(lk), withdrawWait)
 			return failed("acquire", lk.key, err)
 		}
 	}
@@ -224,26 +256,33 @@ func (l *Locker) claim(ctx context.Context, lk *Lock, ttl time.Duration, fenced,
 // (see claim).
 const maxClaims = 3
 
+// errLeaseRanOut is claim's error when the lease ran out before it could
+// be renewed: the lock is not held.
+var errLeaseRanOut = errors.New("the lease ran out before the acquire's reply arrived: Redis or the network stalled")
+
 // errTTLTooShort is an acquisition's error when maxClaims renewals in a row
 // left less than half of the ttl by the time their replies came.
 var errTTLTooShort = fmt.Errorf("%w: too short for this Redis: after 3 renewals in a row, less than half of it was left when the reply came (round trips take about half the ttl or more); use a longer ttl", ErrInvalidTTL)
 
-// giveUp ends an Obtain that waited in line: it leaves the line, and
+// giveUp ends an Obtain that waited in line: it quits the line, and
 // releases a lock that was handed or passed to it meanwhile, which passes
 // it on. Neither waits for Redis. It returns the error of the line's last
 // attempt, nil when that found the key held by another owner, and then
-// what the latest reply said of the holder's lease left (see blockedFor).
-func (l *Locker) giveUp(ln *line, w *waiter) (held time.Duration, last error) {
-	lk, held, last := l.lines.quit(l, ln, w)
+// what the latest reply said of the holder's lease left (see blockedFor in
+// line.lua).
+func (l *Locker) giveUp(ln *line, w *waiter) (blocked time.Duration, last error) {
+	lk, blocked, last := l.lines.quit(l, ln, w)
 	if lk != nil {
 		l.releaseLater(lk)
 	}
-	return held, last
+	return blocked, last
 }
 
-// releaseLater releases lk in the background, bounded by releaseBound, and
-// returns a channel closed once that is done. A lock handed or passed to an
-// Obtain that gave up is passed on, if it may be, instead.
+// releaseLater gives lk back in the background, bounded by releaseBound,
+// and returns a channel closed once that is done: a lock that its holder
+// lost (see KeepAlive), or that an acquisition that failed or gave up
+// got. It is passed to the Locker's next waiting Obtain instead, when it
+// may be (see lines.pass).
 func (l *Locker) releaseLater(lk *Lock) <-chan struct{} {
 	done := make(chan struct{})
 	_ = lk.beginRelease()
@@ -274,12 +313,12 @@ func (l *Locker) releaseLater(lk *Lock) <-chan struct{} {
 }
 
 // notObtained is the error of an acquisition that found the key held by
-// another owner; cause is the ctx error that ended the wait, or nil; held
-// is the holder's lease left, as the latest reply said (see blockedFor):
-// -1ms when the key has no expiry.
+// another owner; cause is the ctx error that ended the wait, or nil;
+// blocked is the holder's lease left, as the latest reply said (see
+// blockedFor in line.lua, and leaseNoExpiry).
 func notObtained(key string, cause error, blocked time.Duration) error {
 	owner := "another owner"
-	if blocked == -time.Millisecond {
+	if blocked == leaseNoExpiry*time.Millisecond {
 		owner = "another owner without an expiry: it will not be released by itself (see Locker.Inspect)"
 	}
 	if cause == nil {
@@ -288,20 +327,21 @@ func notObtained(key string, cause error, blocked time.Duration) error {
 	return fmt.Errorf("%w: %s is held by %s: %w", ErrNotObtained, quoteKey(key), owner, cause)
 }
 
-// forgetWait bounds how long a failing Obtain waits for the clean-up of its
-// token, and forgetTimeout the clean-up itself. The clean-up goes on after
-// the Obtain returned, and takes effect when Redis answers.
+// withdrawWait bounds how long a failing Obtain waits for the withdrawal
+// of its token, and withdrawTimeout the withdrawal itself. The withdrawal
+// goes on after the Obtain returned, and takes effect when Redis answers.
 const (
-	forgetWait    = 100 * time.Millisecond
-	forgetTimeout = 5 * time.Second
+	withdrawWait    = 100 * time.Millisecond
+	withdrawTimeout = 5 * time.Second
 )
 
-// withdrawLater deletes the key if it holds token (handing it on to the next in
-// line), takes token out of line, and with spend marks it spent, so that a
-// copy of an attempt that go-redis sent again and that runs later takes
-// nothing (see release.lua). It ignores the outcome: a lease that is left
-// expires by itself. It waits for that at most wait, and not past the end
-// of ctx, and reports whether it is done.
+// withdrawLater withdraws token (see withdraw) in the background: it
+// releases the key if token holds it (handing it on to the next in line),
+// takes token out of line, and with spend marks it spent, so that a copy of
+// an attempt that go-redis sent again and that runs later takes nothing
+// (see spend.lua). It ignores the outcome: a lease that is left expires by
+// itself. It waits for it at most wait, and not past the end of ctx, and
+// reports whether it is done.
 func (l *Locker) withdrawLater(ctx context.Context, key, token string, m lockMode, spend bool, wait time.Duration) bool {
 	done := make(chan struct{})
 	l.background.run(func() {
@@ -354,36 +394,4 @@ func sleep(ctx context.Context, wake <-chan struct{}, d time.Duration) error {
 	case <-timeout:
 	}
 	return nil
-}
-
-// acquire takes a plain lock with one command when it can (see the note at the top of scripts.go),
-// and else waits in the key's line (see Locker.queue).
-func (d deployment) acquire(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, int, error) {
-	l := d.l
-	if o.wait == 0 {
-		return l.try(ctx, key, ttl, o)
-	}
-	if !o.plain() || l.lines.busy(key) {
-		return l.queue(ctx, key, ttl, o, nil)
-	}
-	lk, res, err := l.once(ctx, l.attemptArgs(key, ttl, o), o)
-	switch {
-	case lk != nil:
-		return lk, 1, nil
-	case isAbandoned(err):
-		return nil, 1, waitFailed(key, ctx.Err(), l.lastFailure(errNoAnswer))
-	case err != nil && ctx.Err() != nil:
-		return nil, 1, waitFailed(key, ctx.Err(), err)
-	case err != nil && (permanent(err) || errors.Is(err, ErrNotReplicated)):
-		return nil, 1, err
-	}
-	// Held by another owner, not plain, or a failure that waiting may
-	// cure (the line tries again after its backoff): the line decides,
-	// knowing that Redis answered when it did.
-	var held *attemptResult
-	if err == nil && !res.notPlain {
-		held = &res
-	}
-	lk, n, err := l.queue(ctx, key, ttl, o, held)
-	return lk, n + 1, err
 }

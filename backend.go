@@ -8,14 +8,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// backend are the Redis backend that hold a Locker's locks, and what is
-// done on them: the seam between the Locker (options, reentrancy, the
-// lease clock, the keeper, hooks: the same for every Locker) and where its
-// locks live. New's Locker has one deployment (a single node, a Sentinel's
-// primary, a Cluster: see deployment); NewQuorum's has a majority of
-// independent backend to win (see quorum), each of them a deployment.
+// A backend is where a Locker's locks live, and what is done there: the
+// seam between the Locker (options, reentrancy, the lease clock, the
+// keeper, hooks: the same for every Locker) and Redis. New's Locker has a
+// deployment (one node, a Sentinel's primary, or a Cluster, through one
+// client); NewQuorum's has a quorum: a majority of independent masters to
+// win, each of them a deployment of its own.
 type backend interface {
-	// check refuses, before anything is sent, a call that these masters do
+	// check refuses, before anything is sent, a call that the backend does
 	// not support: o its options, ttl its lease.
 	check(o *options, ttl time.Duration) error
 	// acquire obtains the lock on key for ttl: waiting until ctx ends, or
@@ -23,24 +23,26 @@ type backend interface {
 	// acquire commands it sent.
 	acquire(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, int, error)
 	// renew sets the leases of calls, all served by one node (see keeper),
-	// acknowledged by r's replicas, and returns a reply each.
+	// acknowledged by r's replicas, and returns a reply each (see
+	// leaseSet).
 	renew(ctx context.Context, calls []refreshArgs, r replicas) []renewReply
 	// release releases lk, whose release has begun, bounded by ctx: held
 	// reports whether it held the key, handoffs to how many waiters it
 	// handed the key. A release that ctx cuts short goes on in the
 	// background (see Lock.end), and reports its hand-offs itself.
 	release(ctx context.Context, lk *Lock) (held bool, handoffs int, err error)
-	// pttl returns lk's lease left, negative when lk does not hold the key.
+	// pttl returns lk's lease left, leaseNotHeld when lk does not hold the key.
 	pttl(ctx context.Context, lk *Lock) (time.Duration, error)
 	// inspect reports who holds key.
 	inspect(ctx context.Context, key string) (Info, error)
 }
 
-// A deployment is the masters of one Redis deployment, reached through one
-// go-redis client: a single node, the primary of a Sentinel setup, or the
-// masters of a Cluster (go-redis routes each key to its own). Its Locker
-// waits in line for keys held by others (see line.go), and keeps the data
-// described in scripts.go; a plain lock (see the note at the top of scripts.go) is one key.
+// A deployment is one Redis deployment, reached through one go-redis
+// client: a single node, the primary of a Sentinel setup, or the masters of
+// a Cluster (go-redis routes each key to its own). Its Locker waits in line
+// for keys held by others (see line.go), and keeps the data described at
+// the top of scripts.go; a plain lock is one key. Its acquire is in
+// acquire.go.
 type deployment struct{ l *Locker }
 
 func (d deployment) check(o *options, _ time.Duration) error {
@@ -52,38 +54,27 @@ func (d deployment) check(o *options, _ time.Duration) error {
 	return nil
 }
 
-func (d deployment) renew(ctx context.Context, calls []refreshArgs, r replicas) []renewReply {
-	return d.l.renewAll(ctx, calls, r)
-}
-
-func (d deployment) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
-	return runPTTL(ctx, d.l.client, lk.rkey, lk.token, lk.mode)
-}
-
-func (d deployment) inspect(ctx context.Context, key string) (Info, error) {
-	return runInspect(ctx, d.l.client, d.l.keys, key)
-}
-
-// renewAll is deployment.renew: it runs renew.lua (renew_shared.lua)
-// for each of calls in one pipeline, acknowledged by replicas as r asks.
+// renew runs renew.lua (renew_shared.lua) for each of calls in one
+// pipeline, acknowledged by replicas as r asks.
 //
 // With replicas on a Cluster whose slot moved (a failover), the renewals the
 // old master answered MOVED ran nowhere (go-redis does not follow MOVED for
 // one master's client): they are sent once more, when the slot map names
 // the new master (see Locker.acked).
-func (l *Locker) renewAll(ctx context.Context, calls []refreshArgs, r replicas) []renewReply {
-	return l.renewOn(ctx, calls, r, r.n > 0)
+func (d deployment) renew(ctx context.Context, calls []refreshArgs, r replicas) []renewReply {
+	return d.renewOn(ctx, calls, r, r.n > 0)
 }
 
-// renewOn is renewAll, which sends the renewals answered MOVED again when
+// renewOn is renew, which sends the renewals answered MOVED again when
 // reroute is true.
-func (l *Locker) renewOn(ctx context.Context, calls []refreshArgs, r replicas, reroute bool) []renewReply {
+func (d deployment) renewOn(ctx context.Context, calls []refreshArgs, r replicas, reroute bool) []renewReply {
+	l := d.l
 	replies := make([]renewReply, len(calls))
 	rkey := l.keys.lock(calls[0].key)
 	c, err := l.writer(ctx, rkey, r)
 	if err != nil {
 		for i := range replies {
-			replies[i] = renewReply{code: -1, err: failed("renew", calls[i].key, err)}
+			replies[i] = renewReply{err: failed("renew", calls[i].key, err)}
 		}
 		return replies
 	}
@@ -105,28 +96,32 @@ func (l *Locker) renewOn(ctx context.Context, calls []refreshArgs, r replicas, r
 	if len(again) > 0 {
 		l.noteErr(cmds[at[0]].Err()) // err may be another command's
 		l.rerouted(ctx, rkey, c)
-		for j, reply := range l.renewOn(ctx, again, r, false) {
+		for j, reply := range d.renewOn(ctx, again, r, false) {
 			replies[at[j]] = reply
 		}
 	}
 	return replies
 }
 
+func (d deployment) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
+	return runPTTL(ctx, d.l.client, lk.rkey, lk.token, lk.mode)
+}
+
+func (d deployment) inspect(ctx context.Context, key string) (Info, error) {
+	return runInspect(ctx, d.l.client, d.l.keys, key)
+}
+
 // renewReplyOf is the reply to a renewal of key that answered cmd, in a
 // pipeline that acked replicas acknowledged (r asks for r.n).
 func renewReplyOf(cmd *redis.Cmd, key string, r replicas, acked int64) renewReply {
-	res, err := parseRefresh(cmd)
+	code, fence, err := parseRefresh(cmd)
 	switch {
 	case err != nil:
-		return renewReply{code: -1, err: failed("renew", key, err)}
-	case res.set && int(acked) < r.n:
-		return renewReply{code: -1, err: failed("renew", key, notReplicated(r, acked, "the renewal does not count"))}
-	case res.set:
-		return renewReply{code: 1, fence: res.fence}
-	case res.held:
-		return renewReply{code: 2}
+		return renewReply{err: failed("renew", key, err)}
+	case code == replyOK && int(acked) < r.n:
+		return renewReply{err: failed("renew", key, notReplicated(r, acked, "the renewal does not count"))}
 	}
-	return renewReply{}
+	return renewReply{code: code, fence: fence}
 }
 
 // release releases lk with release.lua, which hands the key to the next
@@ -143,8 +138,8 @@ func (d deployment) release(ctx context.Context, lk *Lock) (held bool, handoffs 
 		// go free for others to take meanwhile.
 		await(ctx, placing, l.silence())
 	}
-	ln, leave := l.lines.prepareRelease(lk)
-	a := releaseArgs{key: lk.key, token: lk.token, mode: lk.mode, withdraw: leave, wake: l.wakeFor(lk.key).channel}
+	ln, withdraw := l.lines.prepareRelease(lk)
+	a := releaseArgs{key: lk.key, token: lk.token, mode: lk.mode, withdraw: withdraw, wake: l.wakeFor(lk.key).channel}
 	lk.mu.Lock()
 	if lk.resent || lk.firstAttempt.mayRun() {
 		a.spend = l.spendFor()

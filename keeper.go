@@ -195,20 +195,13 @@ func (c leaseContext) Err() error {
 // epoch is the origin of renewal.end, on the monotonic clock.
 var epoch = time.Now()
 
-// lose ends r's context with ErrLockLost: the lock is lost (the lease ran
-// out, or a renewal, Refresh or TTL found the key gone or another's). It is
-// found lost, and reported (Hooks.Lost, WithLock's error), only if no
-// Release of it has begun: a renewal that reaches Redis after the release
-// finds the key gone by the release's doing.
+// lose is KeepAlive's lost-lock timer, which fires margin before the
+// lease's local end: the lock is lost, unless r was stopped or replaced
+// (see Lock.lose).
 func (r *renewal) lose() {
-	lk := r.lk
-	lk.mu.Lock()
-	if r.ctx.Err() == nil && lk.losable() {
-		lk.lost = true
-		lk.endNow() // before the context ends: its handler gives the key back
+	if r.ctx.Err() == nil {
+		r.lk.lose(r.ctx, nil)
 	}
-	lk.mu.Unlock()
-	r.cancel(ErrLockLost)
 }
 
 // stopKeeping ends the lock's lease keeping, if any.
@@ -435,8 +428,8 @@ func (k *keeper) renew(l *Locker, sends []renewalSend) {
 	replies := l.backend.renew(ctx, calls, batch[0].r.lk.replicas)
 	for i, s := range batch {
 		sets[i].done(replies[i])
-		if replies[i].code == 0 {
-			s.r.lk.markLost(s.r.ctx)
+		if replies[i].lost() {
+			s.r.lk.lose(s.r.ctx, s.r.lk.gone())
 		}
 	}
 	retry := time.Now().Add(renewRetry)
@@ -446,7 +439,7 @@ func (k *keeper) renew(l *Locker, sends []renewalSend) {
 		r.inflight--
 		r.lastErr = replies[i].err
 		switch {
-		case replies[i].code >= 1:
+		case replies[i].err == nil && replies[i].code != replyNotOurs: // set, or superseded by a Refresh
 			r.schedule(r.lk.lease())
 		case r.inflight == 0:
 			r.due, r.node = retry, "" // and ask which node serves it again
@@ -457,7 +450,7 @@ func (k *keeper) renew(l *Locker, sends []renewalSend) {
 	}
 	k.mu.Unlock()
 	for i, s := range batch {
-		if replies[i].code == 0 && releaseBegun(s.r.lk) {
+		if replies[i].lost() && releaseBegun(s.r.lk) {
 			continue // it found the key gone by the release's doing: no renewal to speak of
 		}
 		l.renewed(s.r, sent, s.hedge, replies[i].event(), replies[i].err)

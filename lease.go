@@ -6,9 +6,14 @@ import (
 	"time"
 )
 
+// The lease: the lock's ttl in Redis, the key's expiry. Its one clock, and
+// the one sequence that sets it.
+//
 // A leaseClock is the end of a lock's lease as this process knows it, on
 // the monotonic clock, and the commands that may still move it: renewals
-// (several may be in flight, see keeper), Refresh, claims.
+// (several may be in flight, see keeper), Refresh, claims. Its methods are
+// the only writers of until; leaseSet's are the only callers of send and
+// record.
 //
 // Invariant: until is never later than the key's expiry in Redis, whatever
 // the order in which Redis runs the commands in flight, and even when one
@@ -22,8 +27,8 @@ import (
 //     became of those before them (a Refresh abandoned at its deadline may
 //     still run). Redis keeps, per holder, the highest generation it ran,
 //     for as long as the holder's lease lasts, and refuses a command of a
-//     lower one (the gens key; see renew.lua and generation.lua). So the commands that set
-//     the lease, in the order Redis runs them, are of generations that
+//     lower one (the gens hash: see generation.lua). So the commands that
+//     set the lease, in the order Redis runs them, are of generations that
 //     never go down. An acquire attempt that runs again for a token that
 //     holds the key (a late copy) only lengthens the lease, if anything
 //     (see acquire.lua): it cannot move the expiry below until either.
@@ -32,16 +37,26 @@ import (
 //     last one Redis ran. send lowers until to S + ttl at once, before Redis
 //     can run the command: whenever it runs, the expiry stays at or above
 //     until.
-//   - settle, when a command sent at S that set the lease to ttl is known to
-//     have run, raises until to S + ttl, but not above max(S, S') + ttl' for
-//     any command (S', ttl') of the same or a later generation that Redis
-//     may run after it: those in flight, those that failed (they may still
-//     run), and those whose outcome arrived after S. Such a command runs at
-//     some E' >= S' and, being later, E' >= S: it leaves the expiry at
-//     E' + ttl' >= max(S, S') + ttl'. A command of an earlier generation
+//   - record, when a command sent at S that set the lease to ttl is known
+//     to have run, raises until to S + ttl, but not above max(S, S') + ttl'
+//     for any command (S', ttl') of the same or a later generation that
+//     Redis may run after it: those in flight, those that failed (they may
+//     still run), and those whose outcome arrived after S. Such a command
+//     runs at some E' >= S' and, being later, E' >= S: it leaves the expiry
+//     at E' + ttl' >= max(S, S') + ttl'. A command of an earlier generation
 //     cannot run after it: Redis refuses it. So a late copy of a shorter
-//     Refresh cannot shorten the lease behind until's back, and a renewal of
-//     the same length stuck on a dead connection does not hold until back.
+//     Refresh cannot shorten the lease behind until's back, and a renewal
+//     of the same length stuck on a dead connection does not hold until
+//     back.
+//
+// Until (see Lock.Until) is the earlier of until and over, when the lock
+// ended for this process: found lost, or its release begun (Release, the
+// give-back after a loss, a pass). Lock.endNow is the one writer of over,
+// and every path that ends a lock calls it before it sends anything that
+// frees the key. So the key is freed either by its expiry, at or after
+// until, or by a command of this process, sent at or after over: never
+// before Until. Once over is set, nothing sets the lease any more
+// (beginSet refuses).
 type leaseClock struct {
 	until  time.Time
 	ttl    time.Duration // the lease renewals set: the acquisition's, or the latest Refresh's
@@ -89,6 +104,12 @@ func (c *leaseClock) send(sent time.Time, ttl time.Duration) (id uint64, gen int
 
 // An outcome is what became of a command that sets the lease.
 type outcome int
+
+const (
+	outcomeSet     outcome = iota // it ran and set the lease
+	outcomeNotSet                 // it ran and did not (the key was not ours, or a later generation had run)
+	outcomeUnknown                // it failed: it may have run, or run later
+)
 
 // record records the outcome of command id. moved reports that until
 // changed.
@@ -182,38 +203,42 @@ func (lk *Lock) lease() (until time.Time, ttl time.Duration) {
 	return lk.clock.until, lk.clock.ttl
 }
 
-// A renewReply is the reply to one renewal: code 1 (renewed, with fence
-// when one was asked for), 2 (held, but a command of a later generation
-// had run: not renewed), 0 (lost), or -1 (failed with err: it may have
-// run, or run later).
+// A renewReply is the outcome of one command that sets a lease: err when
+// it failed (it may have run, or run later), else the code of renew.lua's
+// reply: replyOK (the lease was set, with fence when one was asked for),
+// replySuperseded (held, but Redis had run a command of a later generation:
+// not set) or replyNotOurs (not held: lost).
 type renewReply struct {
 	code  int64
 	fence int64
 	err   error
 }
 
+func (r renewReply) set() bool  { return r.err == nil && r.code == replyOK }
+func (r renewReply) lost() bool { return r.err == nil && r.code == replyNotOurs }
+
 // outcome is the reply's outcome for the lease clock.
 func (r renewReply) outcome() outcome {
-	switch r.code {
-	case 1:
-		return outcomeSet
-	case -1:
+	switch {
+	case r.err != nil:
 		return outcomeUnknown
+	case r.code == replyOK:
+		return outcomeSet
 	}
 	return outcomeNotSet
 }
 
 // event is the reply's outcome for Hooks.Renew.
 func (r renewReply) event() Outcome {
-	switch r.code {
-	case 1:
+	switch {
+	case r.err != nil:
+		return OutcomeError
+	case r.code == replyOK:
 		return OutcomeRenewed
-	case 2:
+	case r.code == replySuperseded:
 		return OutcomeSuperseded
-	case 0:
-		return OutcomeLost
 	}
-	return OutcomeError
+	return OutcomeLost
 }
 
 // A leaseSet is one command that sets a lock's lease: the one sequence by
@@ -258,7 +283,7 @@ func (lk *Lock) beginSet(ttl time.Duration, fence bool) (s leaseSet, ok bool) {
 
 // done records r, the reply to s, on the lease clock, and the fence it
 // issued. A lease that was set is not yet the lease renewals set: that
-// takes newGeneration (setLease calls it; the keeper renews to that lease
+// takes renewTo (setLease calls it; the keeper renews to that lease
 // already).
 func (s leaseSet) done(r renewReply) {
 	lk := s.lk
@@ -267,16 +292,17 @@ func (s leaseSet) done(r renewReply) {
 	if lk.clock.record(s.id, r.outcome()) {
 		lk.moveExpiry()
 	}
-	if r.code == 1 && s.args.fenced {
+	if r.set() && s.args.fenced {
 		lk.fence = r.fence
 	}
 }
 
 // setLease sets lk's lease to ttl from now, issuing a fence when fence,
 // with one command bounded by ctx (see call), and makes ttl the lease that
-// renewals set. Its reply's code 0 says that lk does not hold the key (or
-// is released or lost already: nothing was sent); the caller decides what
-// that means (Refresh: lost; an acquisition's claim: the lease ran out).
+// renewals set. A reply that is lost() says that lk does not hold the key
+// (or is released or lost already: nothing was sent); the caller decides
+// what that means (Refresh: lost; an acquisition's claim: the lease ran
+// out).
 func (lk *Lock) setLease(ctx context.Context, ttl time.Duration, fence bool) (renewReply, error) {
 	s, ok := lk.beginSet(ttl, fence)
 	if !ok {
@@ -288,7 +314,7 @@ func (lk *Lock) setLease(ctx context.Context, ttl time.Duration, fence bool) (re
 		s.done(r)
 		return r, r.err
 	})
-	if err == nil && r.code == 1 {
+	if err == nil && r.set() {
 		lk.renewTo(ttl)
 	}
 	return r, err

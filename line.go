@@ -943,7 +943,7 @@ func (ls *lines) retire(s *subscription, linger time.Duration) bool {
 // still send a command of it: a copy of an attempt that runs later takes
 // nothing.
 func (l *Locker) withdraw(key, token string, m lockMode, spend bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), forgetTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)
 	defer cancel()
 	a := releaseArgs{key: key, token: token, mode: m, wake: l.wakeFor(key).channel}
 	if spend {

@@ -8,10 +8,17 @@ import (
 	"time"
 )
 
-// A Lock is one acquisition of a key. It is safe for concurrent use. A Lock
-// is only ever made by a Locker; a nil *Lock, or a zero Lock, is not held:
-// Release, Refresh and TTL return ErrNotHeld, KeepAlive a context ended
-// with ErrNotHeld, and Key, Token, Fence and Until their zero values.
+// A Lock is one acquisition of a key. It is safe for concurrent use: any
+// method may be called from any goroutine at any time. Refresh may run
+// while KeepAlive renews (renewals then follow the Refresh's ttl, and none
+// can make Until later than the key's expiry: see leaseClock); TTL and
+// Until may be called at any time; Release stops the renewals first. A
+// Lock is only ever made by a Locker; a nil *Lock, or a zero Lock, is not
+// held: Release, Refresh and TTL return ErrNotHeld, KeepAlive a context
+// ended with ErrNotHeld, and Key, Token, Fence and Until their zero values.
+//
+// Lock order: a Locker's keeper.mu and lines.mu before an acquisition's mu,
+// never after; no code holds two acquisitions' mu at once.
 type Lock struct {
 	locker *Locker
 	key    string
@@ -44,9 +51,9 @@ type Lock struct {
 	released    bool       // released (or passed on): the lock is gone for good
 	renewal     *renewal   // set while KeepAlive renews the lease
 	since       time.Time  // when the lock was acquired (or passed to this acquisition)
-	lostWhy     error      // why the lock is known to be lost (see markLost), or nil
+	lostWhy     error      // why the lock is known to be lost (see lose), or nil
 	over        time.Time  // when this process stopped holding the lock: it was found lost, or its release (or a pass) began; zero while held (see endNow)
-	lost        bool       // found lost while no Release was under way (see renewal.lose)
+	lost        bool       // found lost while no Release was under way (see lose)
 	lostSeen    bool       // the Lost hook was called
 	generations bool       // a command of a generation above 0 was sent: Redis may keep its generation (see leaseClock)
 	unsure      bool       // a release's outcome was unknown: an earlier run may have released it (see releasedBy)
@@ -67,12 +74,6 @@ func (lk *Lock) passed(ttl time.Duration) *Lock {
 	return &Lock{locker: lk.locker, key: lk.key, rkey: lk.rkey, token: lk.token, plain: lk.plain, places: lk.places, described: lk.described, lined: lk.lined, resent: lk.resent, firstAttempt: lk.firstAttempt,
 		handles: 1, since: time.Now(), clock: leaseClock{until: lk.clock.until, ttl: ttl, gen: lk.clock.gen + 1, genTTL: ttl}}
 }
-
-const (
-	outcomeSet     outcome = iota // it ran and set the lease
-	outcomeNotSet                 // it ran and did not (the key was not ours, or a later generation had run)
-	outcomeUnknown                // it failed: it may have run, or run later
-)
 
 // Key returns the key the lock is held on ("" for a nil Lock).
 func (lk *Lock) Key() string {
@@ -156,9 +157,9 @@ func (lk *Lock) usable() bool { return lk != nil && lk.locker != nil }
 // the key (a Lock released once returns ErrNotHeld at once, without
 // contacting Redis). A release whose reply was lost, and that go-redis (or
 // the caller) sent again, finds the key gone by its own first run: it
-// returns nil when that second run's reply came before Until (the lease
-// could not have run out), and else ErrNotHeld, saying the outcome is
-// unknown (see docs/guarantees.md).
+// returns nil when that second run's reply came before the lease could
+// have run out (the lease clock's end: see leaseClock), and else
+// ErrNotHeld, saying the outcome is unknown (see docs/guarantees.md).
 //
 // Release returns when ctx is done even if Redis does not answer; the
 // release then goes on in the background, for as long as go-redis may take
@@ -331,7 +332,7 @@ func (lk *Lock) releasedBy(held, resent bool) bool {
 // timeout. spendFor is how long a spent token's mark lasts (see spend.lua):
 // as long as that, at least 10 s, covers every copy go-redis sends of a
 // command, and of one sent before it.
-func (l *Locker) releaseBound() time.Duration { return max(forgetTimeout, l.retry+time.Second) }
+func (l *Locker) releaseBound() time.Duration { return max(withdrawTimeout, l.retry+time.Second) }
 
 func (l *Locker) spendFor() time.Duration { return max(10*time.Second, l.releaseBound()) }
 
@@ -348,29 +349,38 @@ func (lk *Lock) beginRelease() bool {
 	return true
 }
 
-// markLost records that lk is known not to be held (a Refresh, TTL or
-// renewal found the key gone or owned by another): its lease ends now, and
-// its kept context ends (which reports the loss; see Hooks.Lost; ctx is the
-// call's that found it). Once a Release of lk has begun, the key is gone by
-// its doing (a renewal that reached Redis after it): no loss is reported
-// then.
-func (lk *Lock) markLost(ctx context.Context) {
+// lose ends lk for a loss: the one function that decides that a lock is
+// lost, found gone or taken (by a renewal, Refresh, TTL: why says so), or
+// with its lease run out and no renewal answered (KeepAlive's timer: why is
+// nil). Under lk.mu it moves Until to now (endNow), keeps the first
+// reason, and, unless a Release of lk has begun (the key is then gone by
+// its doing: no loss), marks lk lost: beginSet refuses it and no context
+// joins it (see Locker.join). Only then does it end the kept context with
+// ErrLockLost, whose handler reports the loss (Hooks.Lost) and gives the
+// key back (see keep); a lock that is not kept is reported here, with ctx,
+// the context of the call that found it lost.
+func (lk *Lock) lose(ctx context.Context, why error) {
 	lk.mu.Lock()
 	lk.endNow()
 	if lk.lostWhy == nil {
-		lk.lostWhy = fmt.Errorf("%w: %s was gone or held by another owner", ErrLockLost, quoteKey(lk.key))
+		lk.lostWhy = why
 	}
+	losable := lk.losable()
+	lk.lost = lk.lost || losable
 	r := lk.renewal
 	kept := r != nil && r.ctx.Err() == nil
-	report := !kept && lk.losable()
-	lk.lost = lk.lost || lk.losable() // before the kept context ends (r.lose)
 	lk.mu.Unlock()
 	switch {
 	case kept:
-		r.lose()
-	case report:
+		r.cancel(ErrLockLost)
+	case losable:
 		lk.reportLost(ctx, nil)
 	}
+}
+
+// gone is why lk is lost when a command found the key gone or another's.
+func (lk *Lock) gone() error {
+	return fmt.Errorf("%w: %s was gone or held by another owner", ErrLockLost, quoteKey(lk.key))
 }
 
 // lapse records that lk, which its acquisition has not returned yet, is not
@@ -404,7 +414,7 @@ func (lk *Lock) isLost() bool {
 }
 
 // reportLost calls the Lost hook, once per acquisition, for lk found lost
-// (see lose and markLost). lastErr is the error of the last renewal, if it
+// (see lose). lastErr is the error of the last renewal, if it
 // failed.
 func (lk *Lock) reportLost(ctx context.Context, lastErr error) {
 	lk.mu.Lock()
@@ -454,8 +464,8 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return failed("refresh", lk.key, err)
 	}
-	if r.code == 0 {
-		lk.markLost(ctx)
+	if r.lost() {
+		lk.lose(ctx, lk.gone())
 		return ErrNotHeld
 	}
 	return nil
@@ -475,8 +485,8 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, failed("read the lease of", lk.key, err)
 	}
-	if left < 0 {
-		lk.markLost(ctx)
+	if left == leaseNotHeld*time.Millisecond {
+		lk.lose(ctx, lk.gone())
 		return 0, ErrNotHeld
 	}
 	return left, nil

@@ -374,13 +374,13 @@ func (q *quorum) acquire(ctx context.Context, key string, ttl time.Duration, o *
 			return nil, attempts, failed("acquire", key, last)
 		}
 		if o.wait == 0 {
-			return nil, attempts, notObtained(key, nil, 0)
+			return nil, attempts, notObtained(key, nil, leaseUnknown*time.Millisecond)
 		}
 		if sleep(ctx, nil, backoff) != nil || ctx.Err() != nil {
 			if last != nil {
 				return nil, attempts, waitFailed(key, ctx.Err(), last)
 			}
-			return nil, attempts, notObtained(key, ctx.Err(), 0)
+			return nil, attempts, notObtained(key, ctx.Err(), leaseUnknown*time.Millisecond)
 		}
 		backoff = nextBackoff(backoff, o.minBackoff, o.maxBackoff)
 	}
@@ -394,7 +394,7 @@ func (q *quorum) claim(ctx context.Context, lk *Lock, ttl time.Duration, fenced 
 	if fenced {
 		fence, err := q.fence(ctx, lk.key)
 		if err != nil {
-			await(ctx, q.l.releaseLater(lk), forgetWait)
+			await(ctx, q.l.releaseLater(lk), withdrawWait)
 			return failed("acquire", lk.key, err)
 		}
 		lk.fence = fence
@@ -519,18 +519,18 @@ func (q *quorum) renew(ctx context.Context, calls []refreshArgs, _ replicas) []r
 	got := gather(ctx, q, ch, func(got []reply[[]*redis.Cmd]) bool {
 		r := got[len(got)-1]
 		for i := range calls {
-			var res refreshResult
+			var code int64
 			err := r.err
 			if err == nil {
-				res, err = parseRefresh(r.v[i])
+				code, _, err = parseRefresh(r.v[i])
 			}
 			switch {
 			case err != nil:
 				errs[i] = append(errs[i], fmt.Errorf("master %d: %w", r.node, err))
-			case res.set:
+			case code == replyOK:
 				set[i]++
 				held[i]++
-			case res.held:
+			case code == replySuperseded:
 				held[i]++
 			default:
 				lost[i]++
@@ -543,21 +543,21 @@ func (q *quorum) renew(ctx context.Context, calls []refreshArgs, _ replicas) []r
 	for i, a := range calls {
 		switch {
 		case set[i] >= maj:
-			replies[i] = renewReply{code: 1}
+			replies[i] = renewReply{code: replyOK}
 		case lost[i] > n-maj:
-			replies[i] = renewReply{code: 0}
+			replies[i] = renewReply{code: replyNotOurs}
 		case held[i] >= maj:
-			replies[i] = renewReply{code: 2}
+			replies[i] = renewReply{code: replySuperseded}
 		default:
-			replies[i] = renewReply{code: -1, err: failed("renew", a.key, q.nodeErrors(errs[i], len(got), ctx.Err()))}
+			replies[i] = renewReply{err: failed("renew", a.key, q.nodeErrors(errs[i], len(got), ctx.Err()))}
 		}
 	}
 	return replies
 }
 
 // pttl returns the lease that a majority of nodes still has for lk: the
-// majority-th longest of their leases; -1 when so many nodes no longer hold
-// it that a majority cannot.
+// majority-th longest of their leases; leaseNotHeld when so many nodes no
+// longer hold it that a majority cannot.
 func (q *quorum) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 	maj, n := q.majority(), len(q.nodes)
 	ch := fanOut(ctx, q, func(ctx context.Context, node *Locker) (time.Duration, error) {
@@ -573,7 +573,7 @@ func (q *quorum) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 		switch {
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("master %d: %w", r.node, r.err))
-		case r.v < 0:
+		case r.v == leaseNotHeld*time.Millisecond:
 			lost++
 		default:
 			left = append(left, r.v)
@@ -585,7 +585,7 @@ func (q *quorum) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 		slices.Sort(left)
 		return left[len(left)-maj], nil
 	case lost > n-maj:
-		return -1, nil
+		return leaseNotHeld * time.Millisecond, nil
 	}
 	return 0, q.nodeErrors(errs, len(got), ctx.Err())
 }

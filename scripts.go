@@ -119,11 +119,13 @@ const (
 	replyNoPlace      = -5 // the token has no place to renew, or is spent: it must not be used again
 )
 
-// Special leases the scripts report, in ms: never a lease left, which is
-// at least 0.
+// Special leases, in ms: never a lease left, which is at least 0. The
+// scripts report the first two (NO_EXPIRY, ONLY_LINE); the others are Go's.
 const (
 	leaseNoExpiry = -1 // the holder's key has no expiry: it will not end by itself
 	leaseOnlyLine = -2 // no holder is in the way, only the line
+	leaseNotHeld  = -3 // the token does not hold the key (TTL)
+	leaseUnknown  = -4 // no reply said how long the holder keeps the key (a quorum's attempts)
 )
 
 // The marks of a lock's modes in a script's arguments and replies (see
@@ -533,29 +535,22 @@ func (a refreshArgs) call(ks keyspace) scriptCall {
 	return scriptCall{renewScript, keys, []any{a.token, a.ttl.Milliseconds(), a.gen, boolArg(a.fenced), boolArg(a.described)}}
 }
 
-// refreshResult is the outcome of a refresh: held reports that the token
-// held the key, set that its lease was set (not refused as of an older
-// generation), fence the fence issued.
-type refreshResult struct {
-	held, set bool
-	fence     int64
-}
-
-// parseRefresh reads a refresh script's reply.
-func parseRefresh(cmd *redis.Cmd) (refreshResult, error) {
+// parseRefresh reads renew.lua's (renew_shared.lua's) reply: its code
+// (replyOK, replySuperseded or replyNotOurs) and the fence it issued.
+func parseRefresh(cmd *redis.Cmd) (code, fence int64, err error) {
 	code, v, err := codeAndValue(cmd)
 	switch {
 	case err != nil:
-		return refreshResult{}, err
+		return 0, 0, err
 	case code == replyNoFence:
-		return refreshResult{}, refusal{fmt.Errorf("%w: %v", errFenceNotIssued, v)}
+		return 0, 0, refusal{fmt.Errorf("%w: %v", errFenceNotIssued, v)}
 	}
-	fence, _ := v.(int64)
-	return refreshResult{held: code == replyOK || code == replySuperseded, set: code == replyOK, fence: fence}, nil
+	fence, _ = v.(int64)
+	return code, fence, nil
 }
 
 // runPTTL runs pttl.lua (pttl_shared.lua): the lease left of token at
-// Redis key rkey, negative when token does not hold it.
+// Redis key rkey, leaseNotHeld when token does not hold it.
 func runPTTL(ctx context.Context, c redis.Scripter, rkey, token string, m lockMode) (time.Duration, error) {
 	s := scriptCall{pttlScript, []string{rkey}, []any{token}}
 	if !m.exclusive() {
@@ -567,7 +562,7 @@ func runPTTL(ctx context.Context, c redis.Scripter, rkey, token string, m lockMo
 		return 0, err
 	}
 	if code != replyOK {
-		return -1, nil
+		return leaseNotHeld * time.Millisecond, nil
 	}
 	ms, _ := v.(int64)
 	return time.Duration(ms) * time.Millisecond, nil
