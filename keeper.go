@@ -76,7 +76,18 @@ func margin(ttl, safety time.Duration) time.Duration {
 // release goes on: see Lock.Release), so that a lock whose renewals Redis
 // ran but did not confirm in time (WithReplicas: no replica acknowledged
 // them) is free for others as soon as Redis answers, not a lease later;
-// Release then returns ErrNotHeld.
+// Release then returns ErrNotHeld. Before the context ends, the loss is
+// recorded: Until is no later than that moment, and an Obtain, TryObtain or
+// WithLock whose ctx carries the lock returns ErrLockLost at once, sending
+// nothing (see Lock.lose).
+//
+// A kept lease rides out a stall of Redis or the network of up to about
+// 2/3 ttl - ttl/100 - min(safety margin, ttl/4): a renewal sent ttl/3 after
+// the last one must be answered before the context's deadline. A longer
+// stall ends the context although Redis may still hold the key (a false
+// alarm, which is safe). So a ttl of at least 1.5 times the longest stall
+// to ride out plus the margin: 300 ms for stalls of up to about 150 ms,
+// 1 s for stalls of up to about 600 ms (see docs/lease-keeping.md).
 //
 // Refresh may be called while KeepAlive renews: renewals then follow the
 // Refresh's ttl, and a renewal of the old ttl that Redis runs after the
@@ -254,19 +265,13 @@ type renewalSend struct {
 
 // keeper renews the leases of one Locker. Its goroutine, loop, decides what
 // is due and sends each node's pipeline from a goroutine of its own, which
-// it never waits for. loop is started by the first renewal and returns,
-// closing stopped, once there is none left.
+// it never waits for. loop is started by the first renewal and returns once
+// there is none left; it runs while wake is not nil.
 type keeper struct {
 	mu       sync.Mutex
 	renewals map[*renewal]struct{}
-	run      *keeperRun // nil while loop is not running
-	wakeAt   time.Time  // when loop looks again, unless poked
-}
-
-// keeperRun is one run of keeper.loop.
-type keeperRun struct {
-	wake    chan struct{} // poked when renewals or their timing changed
-	stopped chan struct{} // closed when loop has returned
+	wake     chan struct{} // poked when renewals or their timing changed; nil while loop is not running
+	wakeAt   time.Time     // when loop looks again, unless poked
 }
 
 func (k *keeper) add(l *Locker, r *renewal) {
@@ -276,9 +281,9 @@ func (k *keeper) add(l *Locker, r *renewal) {
 		k.renewals = make(map[*renewal]struct{})
 	}
 	k.renewals[r] = struct{}{}
-	if k.run == nil {
-		k.run = &keeperRun{wake: make(chan struct{}, 1), stopped: make(chan struct{})}
-		go k.loop(l, k.run)
+	if k.wake == nil {
+		k.wake = make(chan struct{}, 1)
+		go k.loop(l, k.wake)
 	}
 	k.poke()
 }
@@ -315,21 +320,20 @@ func (k *keeper) hurry(r *renewal, sent time.Time, ttl time.Duration) {
 
 // poke wakes loop. k.mu is held.
 func (k *keeper) poke() {
-	if k.run == nil {
+	if k.wake == nil {
 		return
 	}
 	select {
-	case k.run.wake <- struct{}{}:
+	case k.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (k *keeper) loop(l *Locker, run *keeperRun) {
-	defer close(run.stopped)
+func (k *keeper) loop(l *Locker, wake chan struct{}) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		batches, next, ok := k.due(l, run)
+		batches, next, ok := k.due(l)
 		if !ok {
 			return
 		}
@@ -339,19 +343,19 @@ func (k *keeper) loop(l *Locker, run *keeperRun) {
 		timer.Reset(time.Until(next))
 		select {
 		case <-timer.C:
-		case <-run.wake:
+		case <-wake:
 		}
 	}
 }
 
 // due returns the renewals to send now, in batches of one node each, and
-// when to look again. ok is false when there is nothing left to keep: run
-// is over.
-func (k *keeper) due(l *Locker, run *keeperRun) (batches [][]renewalSend, next time.Time, ok bool) {
+// when to look again. ok is false when there is nothing left to keep: loop
+// returns.
+func (k *keeper) due(l *Locker) (batches [][]renewalSend, next time.Time, ok bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if len(k.renewals) == 0 {
-		k.run = nil
+		k.wake = nil
 		return nil, time.Time{}, false
 	}
 	now := time.Now()
