@@ -369,11 +369,10 @@ func TestDocs_CommentsNameWhatExists(t *testing.T) {
 	}
 	for _, f := range files {
 		for _, cg := range f.Comments {
-			for _, c := range cg.List {
-				for _, m := range ref.FindAllStringSubmatch(c.Text, -1) {
-					if x := m[1] + m[2]; !resolves(x) {
-						t.Errorf("%s: a comment names %q, which is not a name of the package, a file, or an imported package's name", fset.Position(c.Pos()), x)
-					}
+			text := strings.Join(strings.Fields(cg.Text()), " ") // a reference may span lines
+			for _, m := range ref.FindAllStringSubmatch(text, -1) {
+				if x := m[1] + m[2]; !resolves(x) {
+					t.Errorf("%s: a comment names %q, which is not a name of the package, a file, or an imported package's name", fset.Position(cg.Pos()), x)
 				}
 			}
 		}

@@ -405,7 +405,7 @@ func (k *keeper) due(l *Locker) (batches [][]renewalSend, next time.Time, ok boo
 
 // renew sends one renewal for each lease of sends, all served by one node,
 // in one pipeline, bounded by the shortest time any of them has left, and
-// settles them when the replies are in.
+// records their outcome when the replies are in (see leaseSet).
 func (k *keeper) renew(l *Locker, sends []renewalSend) {
 	var batch []renewalSend
 	var sets []leaseSet

@@ -96,7 +96,7 @@ func (ks keyspace) fence(rkey string) string {
 
 // wake returns the channel on which the Locker with the given id hears
 // that the lock at Redis key rkey was handed to one of its places (see
-// handoffLua). On a Cluster it is a shard channel in rkey's hash slot
+// handOff in line.lua). On a Cluster it is a shard channel in rkey's hash slot
 // (SPUBLISH, SSUBSCRIBE: no other shard relays it), one per slot the
 // Locker waits in; elsewhere one channel per Locker.
 func (ks keyspace) wake(id, rkey string, sharded bool) string {

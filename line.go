@@ -25,9 +25,10 @@ import (
 //     channel of the line's Locker, or, for the releasing Locker's own line,
 //     in the release's reply. The head already holds the lock when it hears
 //     of it, and sends nothing to take it.
-//   - Passes. A lock that a Locker got from Redis (a hold) is passed by
-//     Release straight to the head of the Locker's line, without a round
-//     trip, for a round of at most maxPasses passes and passSlice. Then the
+//   - Passes. A lock that a Locker holds (got through the line, or taken
+//     without it while nobody waited: see adopt) is passed by Release
+//     straight to the head of the Locker's line, without a round trip, for
+//     a round of at most maxPasses passes and passSlice. Then the
 //     key goes back to Redis, which hands it to the next place in line. So
 //     another process waits, per Locker ahead of it, for one round: at most
 //     maxPasses+1 critical sections, and none that starts after passSlice.
@@ -41,25 +42,25 @@ import (
 //     announces nothing); an attempt that finds the key handed to it takes
 //     it. While the Locker's subscription is not confirmed the head polls,
 //     with jittered backoff (WithBackoff). Attempts run in the background
-//     (lines.attempted settles their outcome): a waiter waits for the line,
+//     (lines.attempted takes in their outcome): a waiter waits for the line,
 //     never for a reply, so a lock passed to the head while its attempt is
 //     stuck is taken at once. A renewal not answered within a quarter of
 //     what is left of the place is sent again (on another connection, as
 //     the keeper hedges renewals of leases): one dead connection does not
 //     cost the place.
-//   - Nothing is orphaned. A line whose waiters all gave up leaves the
-//     queue at once, or releases the key if it was handed it (which hands
+//   - Nothing is orphaned. A line whose waiters all gave up withdraws its
+//     place at once, or releases the key if it was handed it (which hands
 //     it on). If a command carrying its token may still run (one is in
-//     flight, or go-redis sent one twice: see counted), the
-//     clean-up also marks the token spent, and a spent token's attempts
-//     take nothing (see spend.lua), so that no late command puts the place
-//     back. A waiter that dies (killed, or gone without Shutdown) keeps its
-//     place until the place lapses, placeLease after its last renewal, and
-//     a hand-off to it meanwhile holds the key until then at most: a
-//     hand-off gives a place's waiter its lease only up to the place's
-//     deadline (see handOff in line.lua), the time it proved it was alive for. So a
-//     dead waiter costs the line at most placeLease and a round trip, never
-//     its ttl; a live one claims its ttl before its Obtain returns (below).
+//     flight, or go-redis sent one twice: see counted), the withdrawal
+//     also marks the token spent, and a spent token's attempts take nothing
+//     (see spend.lua), so that no late command puts the place back. A
+//     waiter that dies (killed, or gone without Shutdown) keeps its place
+//     until the place lapses, placeLease after its last renewal, and a
+//     hand-off to it meanwhile holds the key until then at most: a hand-off
+//     gives a place's waiter its lease only up to the place's deadline (see
+//     handOff in line.lua), the time it proved it was alive for. So a dead
+//     waiter costs the line at most placeLease and a round trip, never its
+//     ttl; a live one claims its ttl before its Obtain returns (below).
 //
 // The lease of a handed-over lock is measured from base: when the latest
 // command that confirmed the line's place was sent. A token takes a place
@@ -70,17 +71,16 @@ import (
 // only move it later); the hand-off, at H > E, set the expiry to
 // min(H + lease, deadline) >= base + min(lease, placeLease): Until = base +
 // min(lease, placeLease) is never later than Redis's expiry, however late
-// the announcement arrives. Replies for
-// a token the line has left (it was granted, or spent) are ignored. A
-// renewal that finds the place gone (it lapsed, or a hand-off to it went
-// unheard until its lease ran out) spends the token: the line takes a new
-// place with a new one, and a late announcement for the old one is
-// ignored. A waiter that gets the lock with less than half its ttl left
-// (its ttl is over 2*placeLease, the hand-off was long ago, or it woke
-// late), or that wants another
-// lease or a fence than the place asked for (the first waiter of the line
-// changed), claims it before its Obtain returns: a refresh, the lease then
-// measured from when it was sent (see Locker.claim).
+// the announcement arrives. Replies for a token the line has left (it was
+// granted, or spent) are ignored. A renewal that finds the place gone (it
+// lapsed, or a hand-off to it went unheard until its lease ran out) spends
+// the token: the line takes a new place with a new one, and a late
+// announcement for the old one is ignored. A waiter that gets the lock with
+// less than half its ttl left (its ttl is over 2*placeLease, the hand-off
+// was long ago, or it woke late), or that wants another lease or a fence
+// than the place asked for (the first waiter of the line changed), claims
+// it before its Obtain returns: a renewal, the lease then measured from
+// when it was sent (see Locker.claim).
 const (
 	// placeLease is how long a place in line is kept after the command that
 	// took or renewed it: how long a dead waiter can hold up a line.
@@ -134,7 +134,7 @@ type line struct {
 	key     string
 	mode    lockMode  // the mode its waiters want the key in
 	wake    wakeup    // where hand-offs to its places are announced
-	own     bool      // a line of one shared or permit waiter (see lines.join)
+	own     bool      // a line of one shared or permit waiter (see lines.enter)
 	waiters []*waiter // first in line first
 	token   string    // the line's place, and the key's value once handed to it
 
@@ -150,7 +150,7 @@ type line struct {
 	sent         time.Time              // when the latest attempt was sent
 	firstSent    time.Time              // when token's first attempt (which took its place) was sent
 	firstAttempt *firstAttempt          // token's first attempt
-	pending      map[string]*time.Timer // given-up tokens whose clean-up waits for their first attempt's reply
+	pending      map[string]*time.Timer // given-up tokens whose withdrawal waits for their first attempt's reply
 	asked        time.Time              // when the first attempt sent since the latest reply was sent; zero: none
 	heard        time.Time              // when the latest reply came (of any token of the line)
 	placedc      chan struct{}          // closed when a reply for token comes, or the line leaves it (see placing)
@@ -162,7 +162,7 @@ type line struct {
 	round  time.Time   // when the hold was got from Redis
 	expiry *time.Timer // drops a line kept for its hold alone when the hold's lease ends
 
-	detached bool // out of byKey: the line only cleans up
+	detached bool // out of byKey: the line only withdraws what it left in Redis
 }
 
 // A waiter is one Obtain in a line.
@@ -193,7 +193,7 @@ func (w *waiter) poke() {
 // key; a shared or permit waiter has a line of its own, since each holder
 // has its own token in Redis (and passes are only between exclusive
 // waiters). A line that nobody waits in has no place in Redis (see
-// settle): a waiter that comes back later is in line behind those that
+// update): a waiter that comes back later is in line behind those that
 // came meanwhile.
 func (ls *lines) enter(key string, wake wakeup, ttl time.Duration, deadline time.Time, o *options) (*line, *waiter) {
 	w := &waiter{ttl: ttl, fenced: o.fencing, deadline: deadline, wake: make(chan struct{}, 1), min: o.minBackoff, max: o.maxBackoff, poll: o.minBackoff}
@@ -369,7 +369,8 @@ func (ls *lines) send(l *Locker, ln *line, w *waiter, now time.Time) *attemptArg
 	return a
 }
 
-// attempted settles the line after its attempt a, sent at start.
+// attempted updates the line with the outcome of its attempt a, sent at
+// start.
 func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time, res attemptResult, err error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -379,7 +380,7 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 	a.firstAttempt.returned(res, err)
 	if a.token != ln.token {
 		// The line has left the token (it was granted the key, or spent):
-		// nothing of this reply applies, but to a clean-up that waits for it.
+		// nothing of this reply applies, but to a withdrawal that waits for it.
 		if t := ln.pending[a.token]; t != nil && a.firstAttempt != nil && t.Stop() {
 			delete(ln.pending, a.token)
 			spend := a.firstAttempt.mayRun()
@@ -469,7 +470,7 @@ func (ls *lines) armedFor(ln *line) bool { return ls.subs[ln.wake.channel].isArm
 // its next place.
 func (ls *lines) grant(ln *line, lk *Lock) {
 	if len(ln.waiters) == 0 {
-		ln.handed = &handoff{fence: lk.fence, lease: lk.clock.ttl} // for the clean-up
+		ln.handed = &handoff{fence: lk.fence, lease: lk.clock.ttl} // for the withdrawal
 		return
 	}
 	w := ln.waiters[0]
@@ -493,8 +494,8 @@ func (ls *lines) replaceToken(l *Locker, ln *line) {
 	ls.freshToken(ln)
 }
 
-// withdrawToken cleans up ln's token, which the line leaves, in Redis (see
-// Locker.leave): at once, marking the token spent when its first attempt
+// withdrawToken withdraws ln's token, which the line leaves, from Redis (see
+// Locker.withdraw): at once, marking the token spent when its first attempt
 // may run later (see firstAttempt); when that attempt is on its way, once
 // its reply comes, with no mark, since nothing of the token can run after
 // it then — unless the reply takes longer than a silence (Redis stalls),
@@ -510,7 +511,7 @@ func (ls *lines) withdrawToken(l *Locker, ln *line) {
 	if ln.pending == nil {
 		ln.pending = make(map[string]*time.Timer)
 	}
-	l.background.begin() // ended when the clean-up is under way
+	l.background.begin() // ended when the withdrawal is under way
 	ln.pending[token] = time.AfterFunc(l.silence(), func() {
 		ls.mu.Lock()
 		defer ls.mu.Unlock()
@@ -524,7 +525,7 @@ func (ls *lines) withdrawToken(l *Locker, ln *line) {
 
 // A firstAttempt is what is known of the first attempt of a token: the one
 // that may take a free key or a place. While it may still run, the token's
-// clean-up must not run before it, and the lock the token becomes must be
+// withdrawal must not run before it, and the lock the token becomes must be
 // marked spent when it is released (see spend.lua). The token's later
 // attempts (renewals) may run late without harm: they take no free key and
 // no place (see acquire.lua). The line and the Lock share it.
@@ -572,7 +573,7 @@ func (ls *lines) freshToken(ln *line) {
 
 // update brings the line up to date after a change: it applies a pending
 // hand-off and wakes the head, and once nobody waits, keeps the line for
-// its hold or detaches it and cleans up its place in Redis.
+// its hold or detaches it and withdraws its place from Redis.
 func (ls *lines) update(l *Locker, ln *line) {
 	if h := ln.handed; h != nil && len(ln.waiters) > 0 {
 		// The hand-off ran after the command that took the place, the
@@ -764,10 +765,11 @@ func (ls *lines) placing(lk *Lock) <-chan struct{} {
 	return ln.placedc
 }
 
-// prepareRelease prepares the release of lk through Redis. A lock that was the
-// line's hold ends it; a line that nobody waits in any more gives up its
-// place in the same script (leave).
-func (ls *lines) prepareRelease(lk *Lock) (ln *line, leave string) {
+// prepareRelease prepares the release of lk through Redis. A lock that was
+// the line's hold ends it; a line that nobody waits in any more withdraws
+// its place in the same script (withdraw: its token, returned with the
+// line, whose outcome releaseDone takes in).
+func (ls *lines) prepareRelease(lk *Lock) (ln *line, withdraw string) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln = ls.byKey[lk.key]
@@ -784,17 +786,17 @@ func (ls *lines) prepareRelease(lk *Lock) (ln *line, leave string) {
 		return ln, ln.token
 	}
 	// The place the line last gave up goes in the release's script too,
-	// should its own clean-up not have reached Redis yet: the release must
+	// should its own withdrawal not have reached Redis yet: the release must
 	// not hand the key to it.
-	leave = ln.gaveUp
-	ls.update(lk.locker, ln) // detaches it, and cleans up what needs it
-	return nil, leave
+	withdraw = ln.gaveUp
+	ls.update(lk.locker, ln) // detaches it, and withdraws what needs it
+	return nil, withdraw
 }
 
-// releaseDone settles a release: the place it gave up for ln (when leave), and
-// the hand-offs it made to lines of this Locker. When its outcome is
-// unknown, a hand-off to a line of this Locker may have gone unheard: their
-// heads ask Redis.
+// releaseDone takes in a release's outcome: the place it withdrew for ln
+// (when not nil), and the hand-offs it made to lines of this Locker. When
+// its outcome is unknown, a hand-off to a line of this Locker may have gone
+// unheard: their heads ask Redis.
 func (ls *lines) releaseDone(l *Locker, key string, ln *line, res releaseResult, err error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -821,7 +823,7 @@ func (ls *lines) releaseDone(l *Locker, key string, ln *line, res releaseResult,
 }
 
 // handedTo records a hand-off of key to h.token, if that is the token of one
-// of our lines; else it is not ours, or of a line that left: its clean-up
+// of our lines; else it is not ours, or of a line that left: its withdrawal
 // passes it on.
 func (ls *lines) handedTo(l *Locker, key string, h handoff) {
 	ln := ls.byKey[key]

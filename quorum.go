@@ -242,16 +242,16 @@ type attemptOutcome struct {
 // names the masters that did not answer.
 //
 // Each node's call goes on after that, for at most ttl/2 (see straggle),
-// and its outcome is settled, in the background (see Shutdown), once the attempt is decided and
-// the outcome known (by bounded's late callback for a call abandoned at
-// the deadline): a node that took the key, or may have (its outcome is
+// and its outcome is dealt with, in the background (see Shutdown), once
+// the attempt is decided and the outcome known (by bounded's late callback
+// for a call abandoned at the deadline): a node that took the key, or may have (its outcome is
 // unknown), gives it back when the attempt failed; and when it succeeded,
 // if lk's release had begun when the node's outcome came in (late): that
 // release may have run on the node before the attempt did, which would
 // leave the key there for its lease. A node whose success came in before
 // the release began needs nothing: the release was sent after the reply
 // came, so it runs there after the attempt did. (Checking when the outcome
-// is settled instead, after the decision, would give back the key on the
+// is dealt with instead, after the decision, would give back the key on the
 // nodes of the very majority that the release is about to count.)
 func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 	maj, n := q.majority(), len(q.nodes)
@@ -259,14 +259,14 @@ func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 	actx, cancel := straggle(ctx, max(ttl/2, time.Millisecond))
 	var won bool
 	decided := make(chan struct{}) // closed once won is set
-	var unsettled atomic.Int32
-	unsettled.Store(int32(n))
+	var open atomic.Int32 // nodes whose outcome finishNode has yet to see
+	open.Store(int32(n))
 	finishNode := func(node *Locker, res attemptResult, err error, late bool) {
 		<-decided
 		if (res.ours || err != nil && !refused(err)) && (!won || late) {
 			q.giveBack(node, lk.key, lk.token)
 		}
-		if unsettled.Add(-1) == 0 {
+		if open.Add(-1) == 0 {
 			cancel()
 		}
 		q.background.end()
@@ -408,7 +408,7 @@ func (q *quorum) claim(ctx context.Context, lk *Lock, ttl time.Duration, fenced 
 // is, when A's acquisition returns, at least the counter on a majority WA of
 // the masters (they returned fA, or took it from the second step below),
 // and A returns only while it still holds the key on a majority (its lease
-// has not run out: settle). B takes the key on a majority, which shares a
+// has not run out: claim). B takes the key on a majority, which shares a
 // master with A's, where the key was free for B only after A's hold there
 // ended: after A's fence was in place. B then increments the counter on
 // every master and takes the highest value from a majority, which shares a

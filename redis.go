@@ -21,16 +21,16 @@ import (
 // whatever the client's options.
 //
 // f is always called, also when ctx has ended already (go-redis then sends
-// nothing and returns ctx's error), so that what f settles is settled.
+// nothing and returns ctx's error), so that what f finishes is finished.
 //
 // To do so, f runs in another goroutine (see spawn). When ctx ends first,
 // bounded returns ctx's error at once, marked as abandoned (see
 // isAbandoned), and f goes on until go-redis gives up on its own
 // (ReadTimeout, retries); then late, if not nil, is called with f's
 // outcome, so that the caller can undo what the abandoned call may have
-// done (an acquire that succeeded after all). An abandoned call is settled
-// by late alone: its caller must not act on its outcome, which it does not
-// know. The goroutine is idle once f returned, and ends after workerIdle
+// done (an acquire that succeeded after all). An abandoned call is dealt
+// with by late alone: its caller must not act on its outcome, which it
+// does not know. The goroutine is idle once f returned, and ends after workerIdle
 // unless another call comes.
 //
 // The tempting version, a select on a buffered channel that f's goroutine
@@ -143,7 +143,7 @@ func (e abandonedError) Is(target error) bool { return target == errAbandoned }
 var errAbandoned = errors.New("redislock: call abandoned")
 
 // isAbandoned reports whether err is that of a call abandoned by bounded:
-// its outcome is settled by bounded's late callback, not by the caller.
+// its outcome is dealt with by bounded's late callback, not by the caller.
 func isAbandoned(err error) bool { return errors.Is(err, errAbandoned) }
 
 // timing is what a client's options say about how long its commands take.
