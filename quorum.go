@@ -259,7 +259,7 @@ func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 	actx, cancel := straggle(ctx, max(ttl/2, time.Millisecond))
 	var won bool
 	decided := make(chan struct{}) // closed once won is set
-	var open atomic.Int32 // nodes whose outcome finishNode has yet to see
+	var open atomic.Int32          // nodes whose outcome finishNode has yet to see
 	open.Store(int32(n))
 	finishNode := func(node *Locker, res attemptResult, err error, late bool) {
 		<-decided
