@@ -471,3 +471,56 @@ func TestAcquire_RedisDownKeepsTheCause(t *testing.T) {
 	assert.True(t, errors.As(err, &op), "no *net.OpError in %q", err)
 	require.NoError(t, locker.Shutdown(ctx))
 }
+
+// A full Redis (maxmemory reached, maxmemory-policy noeviction) refuses
+// every acquisition with its OOM error reply, never ErrNotObtained: plain,
+// fenced, described (WithHolder), reader and permit locks, by TryObtain,
+// Obtain (which ends its wait at once: an error reply) and WithLock (which
+// does not call fn). Nothing is held afterwards: no lock key, no side key.
+func TestAcquire_FullRedisIsOOMNotContention(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 20*time.Second)
+	rdb, _ := b.client(t)
+	checker, _ := b.client(t)
+	loadScripts(t, rdb)
+	require.NoError(t, checker.Set(ctx, "filler", strings.Repeat("x", 4<<20), 0).Err())
+	require.NoError(t, checker.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	require.NoError(t, checker.ConfigSet(ctx, "maxmemory", "1mb").Err())
+	require.ErrorContains(t, checker.Set(ctx, "probe", "v", 0).Err(), "OOM", "Redis is not full")
+	cases := map[string][]redislock.Option{
+		"plain":  nil,
+		"fenced": {redislock.WithFencing()},
+		"reader": {redislock.WithShared()},
+		"permit": {redislock.WithPermits(3)},
+	}
+	lockers := map[string]*redislock.Locker{"": redislock.New(rdb), " WithHolder": redislock.New(rdb, redislock.WithHolder("web-3"))}
+	for name, opts := range cases {
+		for lname, locker := range lockers {
+			for call, acquire := range map[string]func() error{
+				"TryObtain": func() error { _, err := locker.TryObtain(ctx, "k", time.Minute, opts...); return err },
+				"Obtain": func() error {
+					_, err := locker.Obtain(ctx, "k", time.Minute, append(opts, redislock.WithWait(5*time.Second))...)
+					return err
+				},
+				"WithLock": func() error {
+					return locker.WithLock(ctx, "k", func(context.Context) error {
+						t.Error("fn called")
+						return nil
+					}, opts...)
+				},
+			} {
+				what := call + " " + name + lname
+				start := time.Now()
+				err := acquire()
+				require.Error(t, err, what)
+				assert.NotErrorIs(t, err, redislock.ErrNotObtained, what)
+				var rerr redis.Error
+				if assert.ErrorAs(t, err, &rerr, "%s: no error reply in %v", what, err) {
+					assert.True(t, strings.HasPrefix(rerr.Error(), "OOM "), "%s: %v", what, rerr)
+				}
+				assert.Less(t, time.Since(start), time.Second, "%s waited on an error reply", what)
+				assert.Equal(t, []string{"filler"}, checker.Keys(ctx, "*").Val(), "%s left keys", what)
+			}
+		}
+	}
+}
