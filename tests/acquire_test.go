@@ -207,21 +207,6 @@ func TestAcquire_ErrorReplyEndsTheWait(t *testing.T) {
 	})
 }
 
-// Error texts quote the key cut to a readable length: a 1 MiB key makes an
-// error of a few hundred bytes that still shows how long the key was.
-func TestAcquire_LongKeysAreCutInErrors(t *testing.T) {
-	b := miniBackend(t)
-	ctx := ctxT(t, 10*time.Second)
-	rdb, _ := b.client(t)
-	key := strings.Repeat("k", 1<<20)
-	_, err := redislock.New(rdb).TryObtain(ctx, key, time.Minute)
-	require.NoError(t, err)
-	_, err = redislock.New(rdb).TryObtain(ctx, key, time.Minute)
-	require.ErrorIs(t, err, redislock.ErrNotObtained)
-	assert.Less(t, len(err.Error()), 300, "error text of %d bytes", len(err.Error()))
-	assert.Contains(t, err.Error(), "(1048576 bytes)")
-}
-
 // An acquire whose reply comes back after a stall longer than its ttl (Redis
 // frozen after it received the command) returns a lock whose Until is in
 // the future, renewed before Obtain returned, or an error: never a lock
