@@ -245,42 +245,139 @@ func TestAcquire_StallLongerThanTTL(t *testing.T) {
 	}
 }
 
-// A ttl about as short as a round trip to Redis never leaves half of it
-// by the time a reply comes: Obtain and TryObtain renew a few times, then
-// give up with an error that says the ttl is too short (not ErrNotObtained),
-// and leave no key, also with a ctx that has no deadline. (Here every
-// script is sent 30 ms late, and the ttl is 40 ms; on a machine so loaded
-// that a renewal lands after the expiry, the error says the lease ran out.)
+// A ttl that round trips to Redis use up more than half of fails with
+// ErrInvalidTTL "too short for this Redis" (not ErrNotObtained): each
+// script reaches Redis 350 ms after it is sent, so a 600 ms lease has at
+// most 250 ms (less than half) left when its reply comes, and each renewal
+// reaches Redis before the lease it renews ends (Obtain and TryObtain,
+// with a ctx that has no deadline). The lock is given back: its key is
+// deleted soon after the error returns (its release reaches Redis 350 ms
+// later), well before its last lease would have ended.
 func TestAcquire_TTLShorterThanRoundTrip(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
+	waitsInParallel(t)
+	b := realBackend(t)
+	checker, _ := b.client(t)
+	tooShortForTheLink(t, b, checker, func(name string, err error, returned time.Time, _ []script) {
+		assert.ErrorIs(t, err, redislock.ErrInvalidTTL, name)
+		assert.ErrorContains(t, err, "too short for this Redis", name)
+		assert.NotErrorIs(t, err, redislock.ErrNotObtained, name)
+		for checker.Exists(context.Background(), name).Val() == 1 {
+			time.Sleep(time.Millisecond)
+		}
+		assert.Less(t, time.Since(returned), tooShortTTL-100*time.Millisecond, "%s: the key was not given back, it expired", name)
+	})
+	requireOnlyMarks(t, checker)
+}
+
+// "At most 3" renewals (Obtain's doc; ErrInvalidTTL's "renewed 3 times in
+// a row"): an acquisition whose ttl the round trips use up sends one
+// acquire and 3 renewals, then gives the lock back (one release) and
+// returns ErrInvalidTTL; it does not try again.
+func TestAcquire_TTLTooShortEndsAfter3Renewals(t *testing.T) {
+	waitsInParallel(t)
+	b := realBackend(t)
+	checker, _ := b.client(t)
+	tooShortForTheLink(t, b, checker, func(name string, err error, _ time.Time, sent []script) {
+		assert.ErrorIs(t, err, redislock.ErrInvalidTTL, name)
+		count := map[string]int{}
+		for _, s := range sent {
+			switch s {
+			case takeScript, acquireScript:
+				count["acquire"]++
+			case renewScript:
+				count["renew"]++
+			case dropScript, releaseScript:
+				count["release"]++
+			}
+		}
+		assert.Equal(t, map[string]int{"acquire": 1, "renew": 3, "release": 1}, count, "%s sent %v", name, sent)
+	})
+}
+
+// tooShortTTL and tooShortLag are the lease and the added latency of
+// tooShortForTheLink: round trips use up more than half of the lease, but
+// each renewal reaches Redis before the lease it renews ends, with 250 ms
+// to spare.
+const tooShortTTL, tooShortLag = 600 * time.Millisecond, 350 * time.Millisecond
+
+// tooShortForTheLink runs Obtain and TryObtain at once on b (each on its
+// own client and key, named after the call) through a link that sends
+// each script tooShortLag late, with a ttl of tooShortTTL and a ctx with
+// no deadline, and calls check with each call's error, when it returned,
+// and the scripts its client sent until Shutdown returned.
+func tooShortForTheLink(t *testing.T, b *backend, checker *redis.Client, check func(name string, err error, returned time.Time, sent []script)) {
+	t.Helper()
+	loadScripts(t, checker) // no NOSCRIPT round trip
+	var wg sync.WaitGroup
+	for name, call := range map[string]func(*redislock.Locker, string) (*redislock.Lock, error){
+		"Obtain": func(l *redislock.Locker, key string) (*redislock.Lock, error) {
+			return l.Obtain(context.Background(), key, tooShortTTL)
+		},
+		"TryObtain": func(l *redislock.Locker, key string) (*redislock.Lock, error) {
+			return l.TryObtain(context.Background(), key, tooShortTTL)
+		},
+	} {
 		rdb, _ := b.client(t)
-		checker, _ := b.client(t)
+		var mu sync.Mutex
+		var sent []script
 		rdb.AddHook(hook{before: func(cmd redis.Cmder) {
-			if name := strings.ToLower(cmd.Name()); name == "evalsha" || name == "eval" {
-				time.Sleep(30 * time.Millisecond)
+			for _, s := range knownScripts {
+				if isScript(cmd, s) {
+					mu.Lock()
+					sent = append(sent, s)
+					mu.Unlock()
+				}
 			}
 		}})
+		rdb.AddHook(scriptLag(tooShortLag))
 		locker := redislock.New(rdb)
-		for name, call := range map[string]func(context.Context, string, time.Duration, ...redislock.Option) (*redislock.Lock, error){
-			"Obtain": locker.Obtain, "TryObtain": locker.TryObtain,
-		} {
-			done := make(chan error, 1)
-			go func() {
-				_, err := call(context.Background(), "k", 40*time.Millisecond)
-				done <- err
-			}()
-			select {
-			case err := <-done:
-				require.Error(t, err, name)
-				assert.NotErrorIs(t, err, redislock.ErrNotObtained, name)
-				assert.Regexp(t, "too short for this Redis|lease ran out", err.Error(), name)
-			case <-time.After(5 * time.Second):
-				t.Fatalf("%s renewed for ever", name)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			lk, err := call(locker, name)
+			returned := time.Now()
+			t.Logf("%s returned after %v: %v", name, returned.Sub(start), err)
+			assert.Nil(t, lk, name)
+			if !assert.Error(t, err, name) || !assert.NoError(t, locker.Shutdown(context.Background())) {
+				return
 			}
-			require.NoError(t, locker.Shutdown(context.Background()))
-			assert.Zero(t, checker.Exists(context.Background(), "k").Val(), "%s left the key", name)
+			mu.Lock()
+			defer mu.Unlock()
+			check(name, err, returned, sent)
+		}()
+	}
+	wg.Wait()
+}
+
+// scriptLag is a go-redis hook that sends each script command, or
+// pipeline of them, d late: a link whose round trips take d more for the
+// library's scripts (connection handshakes are not slowed).
+type scriptLag time.Duration
+
+func (d scriptLag) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (d scriptLag) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		d.delay([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+
+func (d scriptLag) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		d.delay(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+func (d scriptLag) delay(cmds []redis.Cmder) {
+	for _, cmd := range cmds {
+		if name := strings.ToLower(cmd.Name()); name == "evalsha" || name == "eval" {
+			time.Sleep(time.Duration(d))
+			return
 		}
-	})
+	}
 }
 
 // Another owner holds the key the whole time and Redis answers every
