@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -292,4 +294,50 @@ func TestFencing_OneCounterPerSlot(t *testing.T) {
 	assert.Equal(t, int64(len(counters)), rdb.DBSize(ctx).Val(), "a counter per slot, nothing else")
 	assert.Less(t, len(counters), 3050, "one counter per key")
 	assert.Equal(t, time.Duration(-1), rdb.PTTL(ctx, fenceKey(key)).Val(), "a counter expires")
+}
+
+// SetFenced on a key that holds data of another kind than its resource (a
+// hash whose "fence" field is an integer) returns an error wrapping
+// ErrWrongKind whose text names the key and says it holds data of another
+// kind, without Redis's script internals (no "script", no SHA, no Lua);
+// it is not ErrFenceRejected, and nothing is written: the key's value
+// and expiry are as before, and no other key appears.
+func TestSetFenced_DataOfAnotherKind(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	sha := regexp.MustCompile(`\b[0-9a-f]{40}\b`)
+	for kind, put := range map[string]func(key string) error{
+		"string":     func(key string) error { return rdb.Set(ctx, key, "a lock's token", time.Minute).Err() },
+		"list":       func(key string) error { return rdb.RPush(ctx, key, "a").Err() },
+		"set":        func(key string) error { return rdb.SAdd(ctx, key, "a").Err() },
+		"sorted set": func(key string) error { return rdb.ZAdd(ctx, key, redis.Z{Score: 1, Member: "a"}).Err() },
+		"stream": func(key string) error {
+			return rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []string{"f", "v"}}).Err()
+		},
+		"hash whose fence is not an integer": func(key string) error {
+			return rdb.HSet(ctx, key, "value", "v", "fence", "abc").Err()
+		},
+	} {
+		t.Run(kind, func(t *testing.T) {
+			key := "resource:" + strings.ReplaceAll(kind, " ", "-")
+			require.NoError(t, put(key))
+			dump, pttl, keys := rdb.Dump(ctx, key).Val(), rdb.PTTL(ctx, key).Val(), rdb.DBSize(ctx).Val()
+			err := redislock.SetFenced(ctx, rdb, key, "new value", 7)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, redislock.ErrWrongKind)
+			assert.NotErrorIs(t, err, redislock.ErrFenceRejected)
+			msg := err.Error()
+			assert.Contains(t, msg, strconv.Quote(key), "the key is not named")
+			assert.Contains(t, msg, "another kind")
+			assert.NotContains(t, strings.ToLower(msg), "script")
+			assert.NotRegexp(t, sha, msg)
+			for _, lua := range []string{"redis.call", "HGET", "tonumber", "@user", "stack traceback"} {
+				assert.NotContains(t, msg, lua)
+			}
+			assert.Equal(t, dump, rdb.Dump(ctx, key).Val(), "the value changed")
+			assert.InDelta(t, pttl, rdb.PTTL(ctx, key).Val(), float64(time.Second), "the expiry changed")
+			assert.Equal(t, keys, rdb.DBSize(ctx).Val(), "a key was written")
+		})
+	}
 }
