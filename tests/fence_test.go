@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -339,5 +340,87 @@ func TestSetFenced_DataOfAnotherKind(t *testing.T) {
 			assert.InDelta(t, pttl, rdb.PTTL(ctx, key).Val(), float64(time.Second), "the expiry changed")
 			assert.Equal(t, keys, rdb.DBSize(ctx).Val(), "a key was written")
 		})
+	}
+}
+
+// On a key whose hash slot no other key uses, fences have no gaps: every
+// fence the counter issues goes to an acquisition that returns it. Here 4
+// Lockers of 3 goroutines each contend for 2 s through the line
+// (hand-offs between the Lockers' places, passes within a Locker), and one
+// acquisition in 8 is left to run out its 50 ms lease unreleased (the
+// next waiter's attempt then finds the key handed to its own place): the
+// fences, sorted, are 1, 2, 3, ..., each the previous + 1, and the counter
+// (Info.Fence) is the last of them.
+func TestFencing_ConsecutiveOnOneKey(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	checker, _ := b.client(t)
+	const lockers, workers, run = 4, 3, 2 * time.Second
+	stop := time.Now().Add(run)
+	var mu sync.Mutex
+	var fences []int64
+	var wg sync.WaitGroup
+	for range lockers {
+		locker := redislock.New(b.mustClient(t), redislock.WithFencing())
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(stop) {
+					abandon := rand.IntN(8) == 0
+					ttl := 5 * time.Second
+					if abandon {
+						ttl = 50 * time.Millisecond
+					}
+					lk, err := locker.Obtain(ctx, "k", ttl) // no deadline before ctx's: nobody gives up
+					if !assert.NoError(t, err) {
+						return
+					}
+					mu.Lock()
+					fences = append(fences, lk.Fence())
+					mu.Unlock()
+					if abandon {
+						continue // its lease runs out
+					}
+					time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+					if !assert.NoError(t, lk.Release(ctx)) {
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	slices.Sort(fences)
+	t.Logf("%d fences", len(fences))
+	require.Greater(t, len(fences), 100, "too little contention to prove anything")
+	assert.Equal(t, int64(1), fences[0], "the first fence of a new counter")
+	var gaps []string
+	for i := 1; i < len(fences); i++ {
+		if fences[i] != fences[i-1]+1 {
+			gaps = append(gaps, fmt.Sprintf("%d then %d", fences[i-1], fences[i]))
+		}
+	}
+	assert.Empty(t, gaps, "%d of %d fences are not the previous + 1", len(gaps), len(fences))
+	info, err := redislock.New(checker).Inspect(ctx, "k")
+	require.NoError(t, err)
+	assert.Equal(t, fences[len(fences)-1], info.Fence, "fences were issued that no acquisition returned")
+}
+
+// A waiter that gets the key when its holder's lease runs out (its
+// attempt hands the key to its own place) gets the next fence: the
+// holder's + 1, each of 5 times.
+func TestFencing_NextFenceAfterAnExpiry(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	holder := redislock.New(b.mustClient(t), redislock.WithFencing())
+	waiter := redislock.New(b.mustClient(t), redislock.WithFencing())
+	for range 5 {
+		lk, err := holder.Obtain(ctx, "k", 100*time.Millisecond)
+		require.NoError(t, err)
+		w := <-obtainAsync(ctx, waiter, "k", time.Minute) // it waits until lk's lease runs out
+		require.NoError(t, w.err)
+		assert.Equal(t, lk.Fence()+1, w.lock.Fence())
+		require.NoError(t, w.lock.Release(ctx))
 	}
 }
