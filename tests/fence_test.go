@@ -407,20 +407,24 @@ func TestFencing_ConsecutiveOnOneKey(t *testing.T) {
 	assert.Equal(t, fences[len(fences)-1], info.Fence, "fences were issued that no acquisition returned")
 }
 
-// A waiter that gets the key when its holder's lease runs out (its
-// attempt hands the key to its own place) gets the next fence: the
-// holder's + 1, each of 5 times.
+// A waiter that gets the key when its holder's lease runs out (it waits
+// in line, and its attempt at the expiry hands the key to its own place)
+// gets the next fence: the holder's + 1, each of 5 times.
 func TestFencing_NextFenceAfterAnExpiry(t *testing.T) {
 	b := realBackend(t)
 	ctx := ctxT(t, 10*time.Second)
+	checker, _ := b.client(t)
 	holder := redislock.New(b.mustClient(t), redislock.WithFencing())
 	waiter := redislock.New(b.mustClient(t), redislock.WithFencing())
 	for range 5 {
-		lk, err := holder.Obtain(ctx, "k", 100*time.Millisecond)
+		lk, err := holder.Obtain(ctx, "k", 400*time.Millisecond)
 		require.NoError(t, err)
-		w := <-obtainAsync(ctx, waiter, "k", time.Minute) // it waits until lk's lease runs out
-		require.NoError(t, w.err)
-		assert.Equal(t, lk.Fence()+1, w.lock.Fence())
-		require.NoError(t, w.lock.Release(ctx))
+		w := obtainAsync(ctx, waiter, "k", time.Minute)
+		waitQueued(t, checker, "k", 1)
+		require.True(t, time.Now().Before(lk.Until()), "the waiter lined up after the lease ran out")
+		r := <-w // when lk's lease runs out
+		require.NoError(t, r.err)
+		assert.Equal(t, lk.Fence()+1, r.lock.Fence())
+		require.NoError(t, r.lock.Release(ctx))
 	}
 }
