@@ -207,21 +207,6 @@ func TestAcquire_ErrorReplyEndsTheWait(t *testing.T) {
 	})
 }
 
-// Error texts quote the key cut to a readable length: a 1 MiB key makes an
-// error of a few hundred bytes that still shows how long the key was.
-func TestAcquire_LongKeysAreCutInErrors(t *testing.T) {
-	b := miniBackend(t)
-	ctx := ctxT(t, 10*time.Second)
-	rdb, _ := b.client(t)
-	key := strings.Repeat("k", 1<<20)
-	_, err := redislock.New(rdb).TryObtain(ctx, key, time.Minute)
-	require.NoError(t, err)
-	_, err = redislock.New(rdb).TryObtain(ctx, key, time.Minute)
-	require.ErrorIs(t, err, redislock.ErrNotObtained)
-	assert.Less(t, len(err.Error()), 300, "error text of %d bytes", len(err.Error()))
-	assert.Contains(t, err.Error(), "(1048576 bytes)")
-}
-
 // An acquire whose reply comes back after a stall longer than its ttl (Redis
 // frozen after it received the command) returns a lock whose Until is in
 // the future, renewed before Obtain returned, or an error: never a lock
@@ -260,42 +245,139 @@ func TestAcquire_StallLongerThanTTL(t *testing.T) {
 	}
 }
 
-// A ttl about as short as a round trip to Redis never leaves half of it
-// by the time a reply comes: Obtain and TryObtain renew a few times, then
-// give up with an error that says the ttl is too short (not ErrNotObtained),
-// and leave no key, also with a ctx that has no deadline. (Here every
-// script is sent 30 ms late, and the ttl is 40 ms; on a machine so loaded
-// that a renewal lands after the expiry, the error says the lease ran out.)
+// A ttl that round trips to Redis use up more than half of fails with
+// ErrInvalidTTL "too short for this Redis" (not ErrNotObtained): each
+// script reaches Redis 350 ms after it is sent, so a 600 ms lease has at
+// most 250 ms (less than half) left when its reply comes, and each renewal
+// reaches Redis before the lease it renews ends (Obtain and TryObtain,
+// with a ctx that has no deadline). The lock is given back: its key is
+// deleted soon after the error returns (its release reaches Redis 350 ms
+// later), well before its last lease would have ended.
 func TestAcquire_TTLShorterThanRoundTrip(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
+	waitsInParallel(t)
+	b := realBackend(t)
+	checker, _ := b.client(t)
+	tooShortForTheLink(t, b, checker, func(name string, err error, returned time.Time, _ []script) {
+		assert.ErrorIs(t, err, redislock.ErrInvalidTTL, name)
+		assert.ErrorContains(t, err, "too short for this Redis", name)
+		assert.NotErrorIs(t, err, redislock.ErrNotObtained, name)
+		for checker.Exists(context.Background(), name).Val() == 1 {
+			time.Sleep(time.Millisecond)
+		}
+		assert.Less(t, time.Since(returned), tooShortTTL-100*time.Millisecond, "%s: the key was not given back, it expired", name)
+	})
+	requireOnlyMarks(t, checker)
+}
+
+// "At most 3" renewals (Obtain's doc; ErrInvalidTTL's "renewed 3 times in
+// a row"): an acquisition whose ttl the round trips use up sends one
+// acquire and 3 renewals, then gives the lock back (one release) and
+// returns ErrInvalidTTL; it does not try again.
+func TestAcquire_TTLTooShortEndsAfter3Renewals(t *testing.T) {
+	waitsInParallel(t)
+	b := realBackend(t)
+	checker, _ := b.client(t)
+	tooShortForTheLink(t, b, checker, func(name string, err error, _ time.Time, sent []script) {
+		assert.ErrorIs(t, err, redislock.ErrInvalidTTL, name)
+		count := map[string]int{}
+		for _, s := range sent {
+			switch s {
+			case takeScript, acquireScript:
+				count["acquire"]++
+			case renewScript:
+				count["renew"]++
+			case dropScript, releaseScript:
+				count["release"]++
+			}
+		}
+		assert.Equal(t, map[string]int{"acquire": 1, "renew": 3, "release": 1}, count, "%s sent %v", name, sent)
+	})
+}
+
+// tooShortTTL and tooShortLag are the lease and the added latency of
+// tooShortForTheLink: round trips use up more than half of the lease, but
+// each renewal reaches Redis before the lease it renews ends, with 250 ms
+// to spare.
+const tooShortTTL, tooShortLag = 600 * time.Millisecond, 350 * time.Millisecond
+
+// tooShortForTheLink runs Obtain and TryObtain at once on b (each on its
+// own client and key, named after the call) through a link that sends
+// each script tooShortLag late, with a ttl of tooShortTTL and a ctx with
+// no deadline, and calls check with each call's error, when it returned,
+// and the scripts its client sent until Shutdown returned.
+func tooShortForTheLink(t *testing.T, b *backend, checker *redis.Client, check func(name string, err error, returned time.Time, sent []script)) {
+	t.Helper()
+	loadScripts(t, checker) // no NOSCRIPT round trip
+	var wg sync.WaitGroup
+	for name, call := range map[string]func(*redislock.Locker, string) (*redislock.Lock, error){
+		"Obtain": func(l *redislock.Locker, key string) (*redislock.Lock, error) {
+			return l.Obtain(context.Background(), key, tooShortTTL)
+		},
+		"TryObtain": func(l *redislock.Locker, key string) (*redislock.Lock, error) {
+			return l.TryObtain(context.Background(), key, tooShortTTL)
+		},
+	} {
 		rdb, _ := b.client(t)
-		checker, _ := b.client(t)
+		var mu sync.Mutex
+		var sent []script
 		rdb.AddHook(hook{before: func(cmd redis.Cmder) {
-			if name := strings.ToLower(cmd.Name()); name == "evalsha" || name == "eval" {
-				time.Sleep(30 * time.Millisecond)
+			for _, s := range knownScripts {
+				if isScript(cmd, s) {
+					mu.Lock()
+					sent = append(sent, s)
+					mu.Unlock()
+				}
 			}
 		}})
+		rdb.AddHook(scriptLag(tooShortLag))
 		locker := redislock.New(rdb)
-		for name, call := range map[string]func(context.Context, string, time.Duration, ...redislock.Option) (*redislock.Lock, error){
-			"Obtain": locker.Obtain, "TryObtain": locker.TryObtain,
-		} {
-			done := make(chan error, 1)
-			go func() {
-				_, err := call(context.Background(), "k", 40*time.Millisecond)
-				done <- err
-			}()
-			select {
-			case err := <-done:
-				require.Error(t, err, name)
-				assert.NotErrorIs(t, err, redislock.ErrNotObtained, name)
-				assert.Regexp(t, "too short for this Redis|lease ran out", err.Error(), name)
-			case <-time.After(5 * time.Second):
-				t.Fatalf("%s renewed for ever", name)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			lk, err := call(locker, name)
+			returned := time.Now()
+			t.Logf("%s returned after %v: %v", name, returned.Sub(start), err)
+			assert.Nil(t, lk, name)
+			if !assert.Error(t, err, name) || !assert.NoError(t, locker.Shutdown(context.Background())) {
+				return
 			}
-			require.NoError(t, locker.Shutdown(context.Background()))
-			assert.Zero(t, checker.Exists(context.Background(), "k").Val(), "%s left the key", name)
+			mu.Lock()
+			defer mu.Unlock()
+			check(name, err, returned, sent)
+		}()
+	}
+	wg.Wait()
+}
+
+// scriptLag is a go-redis hook that sends each script command, or
+// pipeline of them, d late: a link whose round trips take d more for the
+// library's scripts (connection handshakes are not slowed).
+type scriptLag time.Duration
+
+func (d scriptLag) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (d scriptLag) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		d.delay([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+
+func (d scriptLag) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		d.delay(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+func (d scriptLag) delay(cmds []redis.Cmder) {
+	for _, cmd := range cmds {
+		if name := strings.ToLower(cmd.Name()); name == "evalsha" || name == "eval" {
+			time.Sleep(time.Duration(d))
+			return
 		}
-	})
+	}
 }
 
 // Another owner holds the key the whole time and Redis answers every
@@ -470,4 +552,57 @@ func TestAcquire_RedisDownKeepsTheCause(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, errors.As(err, &op), "no *net.OpError in %q", err)
 	require.NoError(t, locker.Shutdown(ctx))
+}
+
+// A full Redis (maxmemory reached, maxmemory-policy noeviction) refuses
+// every acquisition with its OOM error reply, never ErrNotObtained: plain,
+// fenced, described (WithHolder), reader and permit locks, by TryObtain,
+// Obtain (which ends its wait at once: an error reply) and WithLock (which
+// does not call fn). Nothing is held afterwards: no lock key, no side key.
+func TestAcquire_FullRedisIsOOMNotContention(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 20*time.Second)
+	rdb, _ := b.client(t)
+	checker, _ := b.client(t)
+	loadScripts(t, rdb)
+	require.NoError(t, checker.Set(ctx, "filler", strings.Repeat("x", 4<<20), 0).Err())
+	require.NoError(t, checker.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	require.NoError(t, checker.ConfigSet(ctx, "maxmemory", "1mb").Err())
+	require.ErrorContains(t, checker.Set(ctx, "probe", "v", 0).Err(), "OOM", "Redis is not full")
+	cases := map[string][]redislock.Option{
+		"plain":  nil,
+		"fenced": {redislock.WithFencing()},
+		"reader": {redislock.WithShared()},
+		"permit": {redislock.WithPermits(3)},
+	}
+	lockers := map[string]*redislock.Locker{"": redislock.New(rdb), " WithHolder": redislock.New(rdb, redislock.WithHolder("web-3"))}
+	for name, opts := range cases {
+		for lname, locker := range lockers {
+			for call, acquire := range map[string]func() error{
+				"TryObtain": func() error { _, err := locker.TryObtain(ctx, "k", time.Minute, opts...); return err },
+				"Obtain": func() error {
+					_, err := locker.Obtain(ctx, "k", time.Minute, append(opts, redislock.WithWait(5*time.Second))...)
+					return err
+				},
+				"WithLock": func() error {
+					return locker.WithLock(ctx, "k", func(context.Context) error {
+						t.Error("fn called")
+						return nil
+					}, opts...)
+				},
+			} {
+				what := call + " " + name + lname
+				start := time.Now()
+				err := acquire()
+				require.Error(t, err, what)
+				assert.NotErrorIs(t, err, redislock.ErrNotObtained, what)
+				var rerr redis.Error
+				if assert.ErrorAs(t, err, &rerr, "%s: no error reply in %v", what, err) {
+					assert.True(t, strings.HasPrefix(rerr.Error(), "OOM "), "%s: %v", what, rerr)
+				}
+				assert.Less(t, time.Since(start), time.Second, "%s waited on an error reply", what)
+				assert.Equal(t, []string{"filler"}, checker.Keys(ctx, "*").Val(), "%s left keys", what)
+			}
+		}
+	}
 }

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -292,4 +295,128 @@ func TestFencing_OneCounterPerSlot(t *testing.T) {
 	assert.Equal(t, int64(len(counters)), rdb.DBSize(ctx).Val(), "a counter per slot, nothing else")
 	assert.Less(t, len(counters), 3050, "one counter per key")
 	assert.Equal(t, time.Duration(-1), rdb.PTTL(ctx, fenceKey(key)).Val(), "a counter expires")
+}
+
+// SetFenced on a key that holds data of another kind than its resource (a
+// hash whose "fence" field is an integer) returns an error wrapping
+// ErrWrongKind whose text names the key and says it holds data of another
+// kind, without Redis's script internals (no "script", no SHA, no Lua);
+// it is not ErrFenceRejected, and nothing is written: the key's value
+// and expiry are as before, and no other key appears.
+func TestSetFenced_DataOfAnotherKind(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	sha := regexp.MustCompile(`\b[0-9a-f]{40}\b`)
+	for kind, put := range map[string]func(key string) error{
+		"string":     func(key string) error { return rdb.Set(ctx, key, "a lock's token", time.Minute).Err() },
+		"list":       func(key string) error { return rdb.RPush(ctx, key, "a").Err() },
+		"set":        func(key string) error { return rdb.SAdd(ctx, key, "a").Err() },
+		"sorted set": func(key string) error { return rdb.ZAdd(ctx, key, redis.Z{Score: 1, Member: "a"}).Err() },
+		"stream": func(key string) error {
+			return rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []string{"f", "v"}}).Err()
+		},
+		"hash whose fence is not an integer": func(key string) error {
+			return rdb.HSet(ctx, key, "value", "v", "fence", "abc").Err()
+		},
+	} {
+		t.Run(kind, func(t *testing.T) {
+			key := "resource:" + strings.ReplaceAll(kind, " ", "-")
+			require.NoError(t, put(key))
+			dump, pttl, keys := rdb.Dump(ctx, key).Val(), rdb.PTTL(ctx, key).Val(), rdb.DBSize(ctx).Val()
+			err := redislock.SetFenced(ctx, rdb, key, "new value", 7)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, redislock.ErrWrongKind)
+			assert.NotErrorIs(t, err, redislock.ErrFenceRejected)
+			msg := err.Error()
+			assert.Contains(t, msg, strconv.Quote(key), "the key is not named")
+			assert.Contains(t, msg, "another kind")
+			assert.NotContains(t, strings.ToLower(msg), "script")
+			assert.NotRegexp(t, sha, msg)
+			for _, lua := range []string{"redis.call", "HGET", "tonumber", "@user", "stack traceback"} {
+				assert.NotContains(t, msg, lua)
+			}
+			assert.Equal(t, dump, rdb.Dump(ctx, key).Val(), "the value changed")
+			assert.InDelta(t, pttl, rdb.PTTL(ctx, key).Val(), float64(time.Second), "the expiry changed")
+			assert.Equal(t, keys, rdb.DBSize(ctx).Val(), "a key was written")
+		})
+	}
+}
+
+// On a key whose hash slot no other key uses, fences have no gaps: every
+// fence the counter issues goes to an acquisition that returns it. Here 4
+// Lockers of 3 goroutines each contend for 2 s through the line
+// (hand-offs between the Lockers' places, passes within a Locker, and now
+// and then an attempt that finds the key handed to its own place): the
+// fences, sorted, are 1, 2, 3, ..., each the previous + 1, and the counter
+// (Info.Fence) is the last of them. (A lease that runs out before the
+// next waiter gets the key: TestFencing_NextFenceAfterAnExpiry.)
+func TestFencing_ConsecutiveOnOneKey(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	checker, _ := b.client(t)
+	const lockers, workers, run = 4, 3, 2 * time.Second
+	stop := time.Now().Add(run)
+	var mu sync.Mutex
+	var fences []int64
+	var wg sync.WaitGroup
+	for range lockers {
+		locker := redislock.New(b.mustClient(t), redislock.WithFencing())
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(stop) {
+					lk, err := locker.Obtain(ctx, "k", 5*time.Second) // no deadline before ctx's: nobody gives up
+					if !assert.NoError(t, err) {
+						return
+					}
+					mu.Lock()
+					fences = append(fences, lk.Fence())
+					mu.Unlock()
+					time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+					if !assert.NoError(t, lk.Release(ctx)) {
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	slices.Sort(fences)
+	t.Logf("%d fences", len(fences))
+	require.Greater(t, len(fences), 100, "too little contention to prove anything")
+	assert.Equal(t, int64(1), fences[0], "the first fence of a new counter")
+	var gaps []string
+	for i := 1; i < len(fences); i++ {
+		if fences[i] != fences[i-1]+1 {
+			gaps = append(gaps, fmt.Sprintf("%d then %d", fences[i-1], fences[i]))
+		}
+	}
+	assert.Empty(t, gaps, "%d of %d fences are not the previous + 1", len(gaps), len(fences))
+	info, err := redislock.New(checker).Inspect(ctx, "k")
+	require.NoError(t, err)
+	assert.Equal(t, fences[len(fences)-1], info.Fence, "fences were issued that no acquisition returned")
+}
+
+// A waiter that gets the key when its holder's lease runs out (it waits
+// in line, and its attempt at the expiry hands the key to its own place)
+// gets the next fence: the holder's + 1, each of 5 times.
+func TestFencing_NextFenceAfterAnExpiry(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	checker, _ := b.client(t)
+	holder := redislock.New(b.mustClient(t), redislock.WithFencing())
+	waiter := redislock.New(b.mustClient(t), redislock.WithFencing())
+	for range 5 {
+		lk, err := holder.Obtain(ctx, "k", 400*time.Millisecond)
+		require.NoError(t, err)
+		w := obtainAsync(ctx, waiter, "k", time.Minute)
+		waitQueued(t, checker, "k", 1)
+		require.True(t, time.Now().Before(lk.Until()), "the waiter lined up after the lease ran out")
+		r := <-w // when lk's lease runs out
+		require.NoError(t, r.err)
+		assert.Equal(t, lk.Fence()+1, r.lock.Fence())
+		require.NoError(t, r.lock.Release(ctx))
+	}
 }

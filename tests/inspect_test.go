@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seed5e0b76d9/redislock"
+	"github.com/seed5e0b76d9/redislock/internal/redistest"
 )
 
 // Inspect reports, in one round trip and without writing, who holds a key
@@ -137,4 +139,127 @@ func TestInspect_RoundTrips(t *testing.T) {
 		assert.Equal(t, want, sent.Load()-before)
 	}
 	require.NoError(t, lk.Release(ctx))
+}
+
+// Inspect writes nothing, whatever the key holds: run by a Redis ACL user
+// that may run every command but those that write (-@write) or publish,
+// also from a script (Redis checks a script's commands against its
+// caller's ACL, and logs each one it refuses, even under redis.pcall), it
+// succeeds on a free key, a plain and a fenced, described lock, readers, a
+// semaphore, each with waiters in line, strings this library did not write
+// (with and without an expiry), a list, a hash, a set, a sorted set and a
+// stream, also after SCRIPT FLUSH (the script sent in full), on a single
+// node and on a quorum Locker; and Redis logged no refused command of that
+// user. The user's writes are refused and logged: a SET, a DEL from a
+// script, one under redis.pcall, and the library's own TryObtain.
+func TestInspect_WritesNothing(t *testing.T) {
+	readOnly := func(t *testing.T, srv *redistest.Server) func(*redis.Options) {
+		srv.Do(t, "ACL", "SETUSER", "inspector", "on", ">pw", "~*", "&*", "+@all", "-@write", "-publish", "-spublish")
+		return func(o *redis.Options) { o.Username, o.Password = "inspector", "pw" }
+	}
+	refusals := func(t *testing.T, srv *redistest.Server) int {
+		log, _ := srv.Do(t, "ACL", "LOG").([]any)
+		return len(log)
+	}
+	t.Run("the ACL catches writes", func(t *testing.T) {
+		b := realBackend(t)
+		ctx := ctxT(t, 10*time.Second)
+		c, _ := b.client(t, readOnly(t, b.srv))
+		require.ErrorContains(t, c.Set(ctx, "k", "v", 0).Err(), "NOPERM")
+		require.ErrorContains(t, c.Eval(ctx, `return redis.call("DEL", KEYS[1])`, []string{"k"}).Err(), "can't run this command")
+		b.srv.Do(t, "ACL", "LOG", "RESET")
+		require.NoError(t, c.Eval(ctx, `redis.pcall("DEL", KEYS[1]); return 1`, []string{"k"}).Err())
+		assert.Equal(t, 1, refusals(t, b.srv), "a write under redis.pcall is logged")
+		_, err := redislock.New(c).TryObtain(ctx, "k", time.Minute)
+		require.ErrorContains(t, err, "can't run this command", "the library's writes are refused")
+		assert.Equal(t, 2, refusals(t, b.srv))
+		require.NoError(t, c.Exists(ctx, "k").Err(), "the user may read")
+	})
+	t.Run("single node", func(t *testing.T) {
+		b := realBackend(t)
+		ctx := ctxT(t, 20*time.Second)
+		admin, _ := b.client(t)
+		reader, _ := b.client(t, readOnly(t, b.srv))
+		inspector := redislock.New(reader)
+		writer := redislock.New(admin, redislock.WithFencing(), redislock.WithHolder("web-3 pid 4711"))
+		var waiters []*redislock.Locker
+		wctx, stopWaiting := context.WithCancel(ctx)
+		defer stopWaiting()
+		_, err := redislock.New(admin).Obtain(ctx, "exclusive", time.Minute)
+		require.NoError(t, err)
+		_, err = writer.Obtain(ctx, "fenced", time.Minute)
+		require.NoError(t, err)
+		for range 2 {
+			_, err = writer.Obtain(ctx, "shared", time.Minute, redislock.WithShared())
+			require.NoError(t, err)
+			_, err = writer.Obtain(ctx, "semaphore", time.Minute, redislock.WithPermits(2))
+			require.NoError(t, err)
+		}
+		for key, opts := range map[string][][]redislock.Option{
+			"fenced":    {nil, {redislock.WithFencing()}},
+			"shared":    {nil, {redislock.WithShared()}}, // a writer, then a reader behind it
+			"semaphore": {{redislock.WithPermits(2)}, {redislock.WithPermits(2), redislock.WithFencing()}},
+		} {
+			for i, o := range opts {
+				w := redislock.New(b.mustClient(t))
+				waiters = append(waiters, w)
+				obtainAsync(wctx, w, key, time.Minute, o...)
+				waitWaiting(t, writer, key, i+1)
+			}
+		}
+		require.NoError(t, admin.Set(ctx, "foreign", "another library's lock", time.Minute).Err())
+		require.NoError(t, admin.Set(ctx, "foreign-forever", "an operator's block", 0).Err())
+		require.NoError(t, admin.RPush(ctx, "list", "a").Err())
+		require.NoError(t, admin.HSet(ctx, "hash", "f", "v").Err())
+		require.NoError(t, admin.SAdd(ctx, "set", "a").Err())
+		require.NoError(t, admin.ZAdd(ctx, "zset", redis.Z{Score: 1, Member: "a"}).Err())
+		require.NoError(t, admin.XAdd(ctx, &redis.XAddArgs{Stream: "stream", Values: []string{"f", "v"}}).Err())
+		b.srv.Do(t, "ACL", "LOG", "RESET")
+		for i, c := range []struct {
+			key     string
+			mode    redislock.Mode
+			waiting int
+		}{
+			{"free", redislock.ModeFree, 0}, {"exclusive", redislock.ModeExclusive, 0}, {"fenced", redislock.ModeExclusive, 2},
+			{"shared", redislock.ModeShared, 2}, {"semaphore", redislock.ModeSemaphore, 2},
+			{"foreign", redislock.ModeForeign, 0}, {"foreign-forever", redislock.ModeForeign, 0},
+			{"list", redislock.ModeOther, 0}, {"hash", redislock.ModeOther, 0}, {"set", redislock.ModeOther, 0},
+			{"zset", redislock.ModeOther, 0}, {"stream", redislock.ModeOther, 0},
+		} {
+			if i%4 == 0 {
+				require.NoError(t, admin.ScriptFlush(ctx).Err())
+			}
+			info, err := inspector.Inspect(ctx, c.key)
+			if assert.NoError(t, err, c.key) {
+				assert.Equal(t, c.mode, info.Mode, c.key)
+				assert.Equal(t, c.waiting, info.Waiting, c.key)
+			}
+		}
+		assert.Zero(t, refusals(t, b.srv), "Inspect tried to write")
+		stopWaiting()
+		for _, w := range waiters {
+			require.NoError(t, w.Shutdown(ctx))
+		}
+	})
+	t.Run("quorum", func(t *testing.T) {
+		servers := startMasters(t, 3)
+		ctx := ctxT(t, 10*time.Second)
+		var opts []func(*redis.Options)
+		for _, srv := range servers {
+			opts = append(opts, readOnly(t, srv))
+		}
+		inspector := redislock.NewQuorum(quorumClients(t, addrsOf(servers), opts[0]))
+		obtainOnAll(t, ctx, redislock.NewQuorum(quorumClients(t, addrsOf(servers)), redislock.WithFencing()), servers, "held", time.Minute)
+		for _, srv := range servers {
+			srv.Do(t, "ACL", "LOG", "RESET")
+		}
+		for _, key := range []string{"free", "held"} {
+			_, err := inspector.Inspect(ctx, key)
+			assert.NoError(t, err, key)
+		}
+		time.Sleep(50 * time.Millisecond) // the master after the fastest majority answered too
+		for _, srv := range servers {
+			assert.Zero(t, refusals(t, srv), "Inspect tried to write on %s", srv.Addr())
+		}
+	})
 }

@@ -622,3 +622,154 @@ func TestHooks_SlowHandOffHookChangesNoOutcome(t *testing.T) {
 	<-hooked
 	<-hooked
 }
+
+// slogRecord is what a slogCapture received of one log record.
+type slogRecord struct {
+	level slog.Level
+	msg   string
+	attrs map[string]string
+}
+
+// slogCapture is a slog.Handler that keeps the records at or above level,
+// and counts the calls to Enabled.
+type slogCapture struct {
+	level   slog.Level
+	mu      sync.Mutex
+	enabled int
+	records []slogRecord
+}
+
+func (h *slogCapture) Enabled(_ context.Context, l slog.Level) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.enabled++
+	return l >= h.level
+}
+
+func (h *slogCapture) Handle(_ context.Context, r slog.Record) error {
+	rec := slogRecord{level: r.Level, msg: r.Message, attrs: map[string]string{}}
+	r.Attrs(func(a slog.Attr) bool { rec.attrs[a.Key] = a.Value.String(); return true })
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, rec)
+	return nil
+}
+
+func (h *slogCapture) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *slogCapture) WithGroup(string) slog.Handler      { return h }
+
+func (h *slogCapture) take() []slogRecord {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.records
+	h.records = nil
+	return r
+}
+
+// SlogHooks logs each event at the level its doc gives, with the key and
+// the outcome as attributes (and the error, when there is one): ERROR for
+// a lost lock; WARN for an Obtain or a Release that failed on Redis, a
+// renewal that failed and a Release that found the lock no longer held;
+// INFO for a Release that goes on in the background; DEBUG for
+// acquisitions (joined ones too), hand-offs, renewals and releases, and
+// for an Obtain that did not get a lock another owner kept
+// (OutcomeNotObtained: a cron fleet's skipped ticks are noise).
+func TestSlogHooks_Levels(t *testing.T) {
+	h := &slogCapture{level: slog.LevelDebug}
+	hooks := redislock.SlogHooks(slog.New(h))
+	ctx := context.Background()
+	failed := errors.New("redis: connection refused")
+	cases := []struct {
+		name  string
+		fire  func()
+		level slog.Level
+		msg   string
+		attrs map[string]string
+	}{
+		{"lost", func() {
+			hooks.Lost(ctx, redislock.LostEvent{Key: "k", Held: time.Second, Err: redislock.ErrLockLost})
+		}, slog.LevelError, "redislock: lock lost", map[string]string{"held": "1s", "err": redislock.ErrLockLost.Error()}},
+		{"obtain failed", func() {
+			hooks.Obtain(ctx, redislock.ObtainEvent{Key: "k", Outcome: redislock.OutcomeError, Err: failed})
+		}, slog.LevelWarn, "redislock: obtain", map[string]string{"outcome": "error", "err": failed.Error()}},
+		{"release failed", func() {
+			hooks.Release(ctx, redislock.ReleaseEvent{Key: "k", Outcome: redislock.OutcomeError, Err: failed})
+		}, slog.LevelWarn, "redislock: release", map[string]string{"outcome": "error", "err": failed.Error()}},
+		{"renewal failed", func() {
+			hooks.Renew(ctx, redislock.RenewEvent{Key: "k", Outcome: redislock.OutcomeError, Err: failed})
+		}, slog.LevelWarn, "redislock: renewal", map[string]string{"outcome": "error", "err": failed.Error()}},
+		{"release found it not held", func() {
+			hooks.Release(ctx, redislock.ReleaseEvent{Key: "k", Outcome: redislock.OutcomeNotHeld, Err: redislock.ErrNotHeld})
+		}, slog.LevelWarn, "redislock: release", map[string]string{"outcome": "not_held", "err": redislock.ErrNotHeld.Error()}},
+		{"release in the background", func() {
+			hooks.Release(ctx, redislock.ReleaseEvent{Key: "k", Outcome: redislock.OutcomeBackground, Err: context.Canceled})
+		}, slog.LevelInfo, "redislock: release", map[string]string{"outcome": "background", "err": context.Canceled.Error()}},
+		{"not obtained", func() {
+			hooks.Obtain(ctx, redislock.ObtainEvent{Key: "k", Outcome: redislock.OutcomeNotObtained, Err: redislock.ErrNotObtained})
+		}, slog.LevelDebug, "redislock: obtain", map[string]string{"outcome": "not_obtained", "err": redislock.ErrNotObtained.Error()}},
+		{"acquired", func() {
+			hooks.Obtain(ctx, redislock.ObtainEvent{Key: "k", Outcome: redislock.OutcomeAcquired, Attempts: 1, Fence: 7})
+		}, slog.LevelDebug, "redislock: obtain", map[string]string{"outcome": "acquired", "fence": "7", "attempts": "1"}},
+		{"joined", func() {
+			hooks.Obtain(ctx, redislock.ObtainEvent{Key: "k", Outcome: redislock.OutcomeAcquired, Joined: true})
+		}, slog.LevelDebug, "redislock: obtain", map[string]string{"outcome": "acquired"}},
+		{"hand-off", func() {
+			hooks.HandOff(ctx, redislock.HandOffEvent{Key: "k", To: 2})
+		}, slog.LevelDebug, "redislock: hand-off", map[string]string{"to": "2", "local": "false"}},
+		{"local hand-off", func() {
+			hooks.HandOff(ctx, redislock.HandOffEvent{Key: "k", Local: true, To: 1})
+		}, slog.LevelDebug, "redislock: hand-off", map[string]string{"local": "true"}},
+		{"renewed", func() {
+			hooks.Renew(ctx, redislock.RenewEvent{Key: "k", Outcome: redislock.OutcomeRenewed})
+		}, slog.LevelDebug, "redislock: renewal", map[string]string{"outcome": "renewed"}},
+		{"renewal superseded", func() {
+			hooks.Renew(ctx, redislock.RenewEvent{Key: "k", Outcome: redislock.OutcomeSuperseded})
+		}, slog.LevelDebug, "redislock: renewal", map[string]string{"outcome": "superseded"}},
+		{"released", func() {
+			hooks.Release(ctx, redislock.ReleaseEvent{Key: "k", Outcome: redislock.OutcomeReleased})
+		}, slog.LevelDebug, "redislock: release", map[string]string{"outcome": "released"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.fire()
+			recs := h.take()
+			require.Len(t, recs, 1)
+			r := recs[0]
+			assert.Equal(t, c.level, r.level)
+			assert.Equal(t, c.msg, r.msg)
+			assert.Equal(t, "k", r.attrs["key"])
+			for k, v := range c.attrs {
+				assert.Equal(t, v, r.attrs[k], "attribute %q", k)
+			}
+			if c.attrs["err"] == "" {
+				assert.NotContains(t, r.attrs, "err", "an error attribute without an error")
+			}
+		})
+	}
+	// Below the logger's level, an event costs a call to Enabled, and is
+	// not handled.
+	quiet := &slogCapture{level: slog.LevelError + 1}
+	hooks = redislock.SlogHooks(slog.New(quiet))
+	hooks.Lost(ctx, redislock.LostEvent{Key: "k"})
+	hooks.Obtain(ctx, redislock.ObtainEvent{Key: "k", Outcome: redislock.OutcomeAcquired})
+	assert.Empty(t, quiet.take())
+	assert.Equal(t, 2, quiet.enabled)
+}
+
+// A cron fleet's skipped tick is quiet at INFO: with SlogHooks on a logger
+// at INFO, a TryObtain, and an Obtain that waits until its deadline, that
+// do not get a lock another owner keeps log nothing.
+func TestSlogHooks_NotObtainedIsQuietAtInfo(t *testing.T) {
+	b := miniBackend(t)
+	ctx := ctxT(t, 5*time.Second)
+	rdb, _ := b.client(t)
+	_, err := redislock.New(rdb).Obtain(ctx, "cron:nightly", time.Minute)
+	require.NoError(t, err)
+	h := &slogCapture{level: slog.LevelInfo}
+	fleet := redislock.New(b.mustClient(t), redislock.WithHooks(redislock.SlogHooks(slog.New(h))))
+	_, err = fleet.TryObtain(ctx, "cron:nightly", time.Minute)
+	require.ErrorIs(t, err, redislock.ErrNotObtained)
+	_, err = fleet.Obtain(ctx, "cron:nightly", time.Minute, redislock.WithWait(50*time.Millisecond))
+	require.ErrorIs(t, err, redislock.ErrNotObtained)
+	assert.Empty(t, h.take(), "a skipped tick was logged at INFO or above")
+}

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -259,37 +260,99 @@ func BenchmarkReplicas(b *testing.B) {
 	}
 }
 
-// A kept WithReplicas lock whose primary fails over is reported lost once
-// no replica acknowledges its renewals (the promoted replica has none),
-// and from then on nothing extends it: it is given back as soon as Redis
-// answers, so a competitor gets the key within about one lease of the last
-// acknowledged write (the renewals that Redis ran but no replica
-// acknowledged do not keep it for another lease).
+// A kept WithReplicas lock whose primary fails over is reported lost
+// within the lease of its last acknowledged write (the promoted replica has
+// no replica to acknowledge its renewals), and from then on nothing
+// extends it: it is given back as soon as Redis answers, so the key is
+// free within about a second of the later of that lease's end and the
+// promotion (a renewal that Redis ran but no replica acknowledged does not
+// keep it for another lease). A competitor that uses WithReplicas too gets
+// ErrNotObtained while the lost lock holds the key, then, until a replica
+// reattaches to the new primary, ErrNotReplicated, holding nothing; once
+// one has reattached (and acknowledged), it obtains the key.
 func TestReplicas_LostLockIsFreeWithinALease(t *testing.T) {
 	waitsInParallel(t)
 	s := redistest.StartSentinel(t)
 	p := replicationThrough(t, s)
 	ctx := ctxT(t, 60*time.Second)
 	const ttl = 2 * time.Second
-	lk, err := redislock.New(s.Client(t), redislock.WithReplicas(1, 100*time.Millisecond)).Obtain(ctx, "k", ttl)
+	replicated := redislock.WithReplicas(1, 100*time.Millisecond)
+	lk, err := redislock.New(s.Client(t), replicated).Obtain(ctx, "k", ttl)
 	require.NoError(t, err)
 	lost := watchLoss(lk.KeepAlive(ctx))
 	time.Sleep(ttl)      // renewed, and acknowledged, a few times
 	killed := time.Now() // the last acknowledged write was before this
 	killPrimary(t, s, p)
 	promoted := time.Now() // nobody can take the key before; Sentinel may take longer than a lease
-	competitor := obtainAsync(ctx, redislock.New(s.Client(t)), "k", time.Minute)
+	primary := s.Replica()
+	replicas := func() string { return infoField(t, primary, "replication", "connected_slaves") }
+
+	competitor := redislock.New(s.Client(t), replicated)
+	var answered, free time.Time // the first answer of the new primary; the first ErrNotReplicated
+	notObtained, notReplicated := 0, 0
+	for notReplicated < 5 {
+		time.Sleep(20 * time.Millisecond)
+		require.Less(t, time.Since(promoted), ttl+10*time.Second, "the key was never free")
+		require.Equal(t, "0", replicas(), "a replica attached to the new primary")
+		got, err := competitor.TryObtain(ctx, "k", time.Minute)
+		require.Nil(t, got, "obtained while no replica was attached")
+		switch {
+		case errors.Is(err, redislock.ErrNotReplicated):
+			if free.IsZero() {
+				free = time.Now()
+			}
+			notReplicated++
+			assert.Zero(t, primary.Do(t, "EXISTS", "k"), "ErrNotReplicated left the key held")
+		case errors.Is(err, redislock.ErrNotObtained):
+			require.True(t, free.IsZero(), "the key was taken again after it was free: %v", err)
+			notObtained++
+		case answered.IsZero():
+			t.Logf("before the client found the new primary: %v", err) // it still dials the old one
+			continue
+		default:
+			require.NoError(t, err, "neither ErrNotObtained nor ErrNotReplicated")
+		}
+		if answered.IsZero() {
+			answered = time.Now()
+		}
+	}
 	l := <-lost
 	require.ErrorIs(t, l.cause, redislock.ErrLockLost)
-	c := <-competitor
-	require.NoError(t, c.err)
-	t.Logf("lost %v and taken %v after the primary was killed, promoted after %v", l.at.Sub(killed), c.at.Sub(killed), promoted.Sub(killed))
-	free := killed.Add(ttl)
-	if promoted.After(free) {
-		free = promoted
+	t.Logf("lost %v, free %v after the primary was killed, promoted after %v; %d ErrNotObtained, then %d ErrNotReplicated",
+		l.at.Sub(killed), free.Sub(killed), promoted.Sub(killed), notObtained, notReplicated)
+	assert.True(t, l.at.Before(killed.Add(ttl)), "reported lost %v after the last acknowledged write, after its lease of %v", l.at.Sub(killed), ttl)
+	bound := killed.Add(ttl)
+	if promoted.After(bound) {
+		bound = promoted
 	}
-	assert.Less(t, c.at.Sub(free), time.Second, "the key outlived its last acknowledged lease")
-	require.NoError(t, c.lock.Release(ctx))
+	assert.Less(t, free.Sub(bound), time.Second, "the key outlived its last acknowledged lease")
+
+	// A replica reattaches: the old primary, back empty.
+	s.Primary().Restart(t)
+	s.Primary().Do(t, "REPLICAOF", "127.0.0.1", strconv.Itoa(primary.Port()))
+	for reattached := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		require.Less(t, time.Since(reattached), 20*time.Second, "not obtained once a replica reattached")
+		got, err := competitor.TryObtain(ctx, "k", time.Minute)
+		if err == nil {
+			assert.Equal(t, "1", replicas())
+			require.NoError(t, got.Release(ctx))
+			break
+		}
+		require.ErrorIs(t, err, redislock.ErrNotReplicated)
+	}
+}
+
+// infoField returns field of the section of srv's INFO.
+func infoField(t testing.TB, srv *redistest.Server, section, field string) string {
+	t.Helper()
+	info, _ := srv.Do(t, "INFO", section).(string)
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return v
+		}
+	}
+	t.Fatalf("no %s in INFO %s", field, section)
+	return ""
 }
 
 // On a Cluster, a WithReplicas lock's writes go to its master's own client,
