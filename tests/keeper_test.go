@@ -656,3 +656,50 @@ func TestKeepAlive_RefreshStuckOnADeadConnectionCostsNoLease(t *testing.T) {
 	<-refreshed // go-redis sends it again after its 1 s read timeout
 	require.NoError(t, lk.Release(ctx))
 }
+
+// Once a holder is told that its kept lock is lost (the KeepAlive context
+// ends with ErrLockLost), Until is no later than the moment of that
+// decision: KeepAlive gives the key back then (see KeepAlive), and Redis
+// never frees the lock before Until (see Lock.Until). Here the renewals of
+// a 300 ms lease are held back, unsent, past the lost-lock timer (at Until
+// - 53 ms), and the give-back is not: it frees the key while the lease the
+// acquisition set still has about 53 ms to run. Until, read as soon as the
+// context is seen to end, is not after that moment; and a client that then
+// finds the key gone finds it so no earlier than Until.
+func TestKeepAlive_UntilNotAfterGiveBack(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	const ttl = 300 * time.Millisecond
+	rdb, _ := b.client(t)
+	rdb.AddHook(hook{pipeline: func(cmds []redis.Cmder) {
+		if isScript(cmds[0], renewScript) {
+			time.Sleep(ttl) // past the lost-lock timer: sent after the give-back
+		}
+	}})
+	direct, _ := b.client(t)
+	locker := redislock.New(rdb)
+	lk, err := locker.Obtain(ctx, "k", ttl)
+	require.NoError(t, err)
+	before := lk.Until()
+	lctx := lk.KeepAlive(ctx)
+
+	select {
+	case <-lctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the kept context outlived a lease whose renewals were never sent")
+	}
+	told := time.Now()
+	until := lk.Until()
+	require.ErrorIs(t, context.Cause(lctx), redislock.ErrLockLost)
+	assert.False(t, until.After(told), "Until is %v after the holder was told the lock is lost", until.Sub(told))
+
+	var gone time.Time
+	require.Eventually(t, func() bool {
+		n := direct.Exists(ctx, "k").Val()
+		gone = time.Now()
+		return n == 0
+	}, 5*time.Second, time.Millisecond, "the lost lock was not given back")
+	t.Logf("told %v before the acquisition's lease ended; the key found gone %v before it", before.Sub(told), before.Sub(gone))
+	assert.False(t, until.After(gone), "Redis freed the lock %v before the Until read before that", until.Sub(gone))
+	require.NoError(t, locker.Shutdown(ctx))
+}
