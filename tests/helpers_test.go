@@ -472,3 +472,35 @@ func (b *backend) mustClient(t testing.TB) *redis.Client {
 	c, _ := b.client(t)
 	return c
 }
+
+// acquireCounter is a go-redis hook that counts, per key, the acquire
+// commands a client sends (takeScript and acquireScript, by the lock key,
+// their KEYS[1]): an Obtain, TryObtain or WithLock that joins a lock, or
+// fails without trying, sends none.
+type acquireCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// of returns how many acquire commands were sent for key so far.
+func (a *acquireCounter) of(key string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.n[key]
+}
+
+// hook returns the go-redis hook that counts.
+func (a *acquireCounter) hook() hook {
+	return hook{before: func(cmd redis.Cmder) {
+		if !acquires(cmd) {
+			return
+		}
+		key, _ := cmd.Args()[3].(string)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.n == nil {
+			a.n = make(map[string]int)
+		}
+		a.n[key]++
+	}}
+}
