@@ -2,6 +2,8 @@ package tests
 
 import (
 	"context"
+	"encoding"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -471,6 +473,33 @@ func (b *backend) mustClient(t testing.TB) *redis.Client {
 	t.Helper()
 	c, _ := b.client(t)
 	return c
+}
+
+// carries reports whether cmd, a command as a go-redis hook sees it, has s
+// among its arguments (the library passes a token as a value that go-redis
+// marshals: see encoding.BinaryMarshaler).
+func carries(cmd redis.Cmder, s string) bool {
+	for _, a := range cmd.Args() {
+		var v string
+		switch a := a.(type) {
+		case string:
+			v = a
+		case []byte:
+			v = string(a)
+		case encoding.BinaryMarshaler:
+			b, err := a.MarshalBinary()
+			if err != nil {
+				continue
+			}
+			v = string(b)
+		default:
+			v = fmt.Sprint(a)
+		}
+		if v == s {
+			return true
+		}
+	}
+	return false
 }
 
 // acquireCounter is a go-redis hook that counts, per key, the acquire
