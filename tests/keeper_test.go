@@ -892,3 +892,65 @@ func (c *spikyConn) Read(b []byte) (int, error) {
 	time.Sleep(time.Until(due))
 	return n, err
 }
+
+// WithSafetyMargin sets when the lost-lock signal comes: with Redis frozen
+// (no renewal returns), a kept 1 s lease's context ends at Until - ttl/100
+// - min(margin, ttl/4) (see KeepAlive): 10 ms before Until with a margin of
+// 0, 110 ms with 100 ms, and 260 ms with 1 s (capped at a quarter of the
+// ttl). The context's Err reads the clock (see KeepAlive), so this needs no
+// allowance for timers that fire late: Err is nil whenever it is read
+// before that instant (the margin is not larger), and once it is not nil,
+// that instant has passed (the margin is not smaller: the signal does not
+// come earlier than the margin asks).
+func TestKeepAlive_SafetyMarginSetsTheSignal(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	const ttl = time.Second
+	type kept struct {
+		margin time.Duration
+		lk     *redislock.Lock
+		lctx   context.Context
+		until  time.Time // Until, read while the context was live
+		told   time.Time // when Err was first seen not nil
+	}
+	var ks []*kept
+	for _, margin := range []time.Duration{0, 100 * time.Millisecond, time.Second} {
+		locker := redislock.New(rdb, redislock.WithSafetyMargin(margin))
+		lk, err := locker.Obtain(ctx, "k"+margin.String(), ttl)
+		require.NoError(t, err)
+		ks = append(ks, &kept{margin: margin, lk: lk, lctx: lk.KeepAlive(ctx)})
+	}
+	b.srv.Freeze(t)
+	frozen := time.Now()
+	for live := len(ks); live > 0; {
+		require.Less(t, time.Since(frozen), 3*ttl, "a kept context outlived the frozen lease")
+		for _, k := range ks {
+			if !k.told.IsZero() {
+				continue
+			}
+			until := k.lk.Until()
+			before := time.Now()
+			err := k.lctx.Err()
+			after := time.Now()
+			signal := until.Add(-ttl/100 - min(k.margin, ttl/4))
+			if err == nil {
+				require.True(t, before.Before(signal), "margin %v: the context is live %v after Until - ttl/100 - min(margin, ttl/4)", k.margin, before.Sub(signal))
+				k.until = until
+				continue
+			}
+			k.told = after
+			live--
+			require.False(t, k.until.IsZero(), "margin %v: the context ended before Redis was frozen: %v", k.margin, context.Cause(k.lctx))
+			assert.ErrorIs(t, context.Cause(k.lctx), redislock.ErrLockLost)
+			signal = k.until.Add(-ttl/100 - min(k.margin, ttl/4))
+			assert.False(t, after.Before(signal), "margin %v: the context ended %v before Until - ttl/100 - min(margin, ttl/4)", k.margin, signal.Sub(after))
+			t.Logf("margin %v: told %v before Until", k.margin, k.until.Sub(after))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.srv.Thaw(t)
+	for _, k := range ks {
+		_ = k.lk.Release(ctx)
+	}
+}
