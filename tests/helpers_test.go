@@ -2,6 +2,8 @@ package tests
 
 import (
 	"context"
+	"encoding"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -471,4 +473,63 @@ func (b *backend) mustClient(t testing.TB) *redis.Client {
 	t.Helper()
 	c, _ := b.client(t)
 	return c
+}
+
+// carries reports whether cmd, a command as a go-redis hook sees it, has s
+// among its arguments (the library passes a token as a value that go-redis
+// marshals: see encoding.BinaryMarshaler).
+func carries(cmd redis.Cmder, s string) bool {
+	for _, a := range cmd.Args() {
+		var v string
+		switch a := a.(type) {
+		case string:
+			v = a
+		case []byte:
+			v = string(a)
+		case encoding.BinaryMarshaler:
+			b, err := a.MarshalBinary()
+			if err != nil {
+				continue
+			}
+			v = string(b)
+		default:
+			v = fmt.Sprint(a)
+		}
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// acquireCounter is a go-redis hook that counts, per key, the acquire
+// commands a client sends (takeScript and acquireScript, by the lock key,
+// their KEYS[1]): an Obtain, TryObtain or WithLock that joins a lock, or
+// fails without trying, sends none.
+type acquireCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// of returns how many acquire commands were sent for key so far.
+func (a *acquireCounter) of(key string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.n[key]
+}
+
+// hook returns the go-redis hook that counts.
+func (a *acquireCounter) hook() hook {
+	return hook{before: func(cmd redis.Cmder) {
+		if !acquires(cmd) {
+			return
+		}
+		key, _ := cmd.Args()[3].(string)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.n == nil {
+			a.n = make(map[string]int)
+		}
+		a.n[key]++
+	}}
 }

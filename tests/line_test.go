@@ -1314,3 +1314,170 @@ func dwChild(spec string) {
 	fmt.Fprintln(os.Stderr, "dead waiter child: Obtain returned", err)
 	os.Exit(1)
 }
+
+// passSlice bounds a round in time, as line.go sets it: a hold is passed on
+// by Release only within passSlice of when it was got from Redis.
+const passSlice = 10 * time.Millisecond
+
+// A plain lock (taken with one command while nobody waited) is a hold like
+// any other: within its round, its Release passes it to an Obtain of the
+// same Locker that waits for the key, without a round trip (Locker.Obtain:
+// "Within its turn a Locker passes the lock between its own Obtains
+// without a round trip"; line.go: a hold is passed for a round of at most
+// maxPasses passes and passSlice from when it was got from Redis):
+//
+//   - Released within its round (Release returned within passSlice of the
+//     holder's Obtain call, so within passSlice of when the lock was got
+//     from Redis, wherever in that call it was), it is passed: the HandOff
+//     event says Local, no command carrying the lock's token is sent (no
+//     release, no hand-off through Redis, no claim) from Release's call to
+//     the waiter's return, and the waiter's lock has the same token (a
+//     pass keeps it: see Lock.Token), which the key still holds.
+//   - Released after its round (Release called more than passSlice after
+//     the holder's Obtain returned), it is not passed: Redis hands it to
+//     the waiter's place (HandOff not Local), under another token.
+//   - A round holds at most maxPasses+1 acquisitions: 20 Obtains of the
+//     Locker waiting behind a plain lock, each releasing at once, share no
+//     token more than 17 times.
+//
+// A release between the two bounds is not checked. A try within the round
+// needs the two Obtains and the Release to take under 10 ms: up to 50 are
+// made, and on a machine so slow that none is, that part is skipped.
+//
+// The waiter is taken to be in its Locker's line once it sends its line's
+// first attempt (acquireScript): an Obtain joins the line just before.
+func TestLine_PlainLockIsPassedWithinItsRound(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	rdb, _ := b.client(t)
+	direct, _ := b.client(t)
+	var mu sync.Mutex
+	var sent []redis.Cmder               // every command of the Locker, in order
+	joined := map[string]chan struct{}{} // by key: closed when the line's first attempt is sent
+	rdb.AddHook(hook{before: func(cmd redis.Cmder) {
+		mu.Lock()
+		defer mu.Unlock()
+		sent = append(sent, cmd)
+		if !isScript(cmd, acquireScript) {
+			return
+		}
+		if key, _ := cmd.Args()[3].(string); joined[key] != nil {
+			close(joined[key])
+			joined[key] = nil
+		}
+	}})
+	var rec recorder
+	locker := redislock.New(rdb, redislock.WithHooks(rec.hooks()), slowPolling)
+	handOffs := func(key string) []redislock.HandOffEvent {
+		var hs []redislock.HandOffEvent
+		for _, h := range rec.snapshot().handoffs {
+			if h.Key == key {
+				hs = append(hs, h)
+			}
+		}
+		return hs
+	}
+
+	// tryPass obtains a plain lock on key, has another Obtain wait for it
+	// (with a place in Redis when queued), and releases it hold after its
+	// Obtain returned.
+	type try struct {
+		lk, next                            *redislock.Lock // the plain lock, the waiter's
+		called, obtained, release, released time.Time       // Obtain's call and return, Release's
+		cmds                                []redis.Cmder   // sent from Release's call to the waiter's return
+	}
+	tryPass := func(t *testing.T, key string, hold time.Duration, queued bool) try {
+		var r try
+		r.called = time.Now()
+		lk, err := locker.Obtain(ctx, key, time.Minute)
+		r.obtained = time.Now()
+		require.NoError(t, err)
+		r.lk = lk
+		mu.Lock()
+		in := make(chan struct{})
+		joined[key] = in
+		mu.Unlock()
+		w := obtainAsync(ctx, locker, key, time.Minute)
+		select {
+		case <-in:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the waiting Obtain never sent its line's first attempt")
+		}
+		if queued {
+			waitQueued(t, direct, key, 1)
+		}
+		time.Sleep(time.Until(r.obtained.Add(hold)))
+		mu.Lock()
+		mark := len(sent)
+		mu.Unlock()
+		r.release = time.Now()
+		require.NoError(t, lk.Release(ctx))
+		r.released = time.Now()
+		got := <-w
+		require.NoError(t, got.err)
+		mu.Lock()
+		r.cmds = slices.Clone(sent[mark:])
+		mu.Unlock()
+		r.next = got.lock
+		return r
+	}
+
+	t.Run("passed within its round", func(t *testing.T) {
+		for i := range 50 {
+			key := "in:" + strconv.Itoa(i)
+			r := tryPass(t, key, 0, false)
+			if took := r.released.Sub(r.called); took > passSlice {
+				t.Logf("try %d: Obtain and Release took %v", i, took)
+				require.NoError(t, r.next.Release(ctx))
+				continue
+			}
+			assert.Equal(t, []redislock.HandOffEvent{{Key: key, Local: true, To: 1}}, handOffs(key), "passed to the Obtain of the same Locker")
+			for _, cmd := range r.cmds {
+				assert.False(t, carries(cmd, r.lk.Token()), "a command carrying the lock's token was sent after Release was called: %v", cmd.Args())
+			}
+			assert.Equal(t, r.lk.Token(), r.next.Token(), "a pass keeps the token")
+			assert.Equal(t, r.lk.Token(), direct.Get(ctx, key).Val(), "the key holds the token passed")
+			require.NoError(t, r.next.Release(ctx))
+			return
+		}
+		t.Skip("no try released its plain lock within 10 ms of its Obtain: the machine is too slow to check it")
+	})
+
+	t.Run("not passed after its round", func(t *testing.T) {
+		r := tryPass(t, "after", 3*passSlice, true)
+		require.Greater(t, r.release.Sub(r.obtained), passSlice)
+		assert.Equal(t, []redislock.HandOffEvent{{Key: "after", Local: false, To: 1}}, handOffs("after"), "handed over through Redis")
+		assert.NotEqual(t, r.lk.Token(), r.next.Token(), "handed over through Redis: another token")
+		assert.True(t, slices.ContainsFunc(r.cmds, func(cmd redis.Cmder) bool { return releases(cmd) && carries(cmd, r.lk.Token()) }),
+			"no release of the lock was sent to Redis")
+		require.NoError(t, r.next.Release(ctx))
+	})
+
+	t.Run("at most 17 acquisitions a round", func(t *testing.T) {
+		const waiters = 20
+		lk, err := locker.Obtain(ctx, "round", time.Minute)
+		require.NoError(t, err)
+		tokens := map[string]int{lk.Token(): 1}
+		var tmu sync.Mutex
+		var wg sync.WaitGroup
+		for range waiters {
+			wg.Go(func() {
+				next, err := locker.Obtain(ctx, "round", time.Minute)
+				if !assert.NoError(t, err) {
+					return
+				}
+				tmu.Lock()
+				tokens[next.Token()]++
+				tmu.Unlock()
+				assert.NoError(t, next.Release(ctx))
+			})
+		}
+		time.Sleep(20 * time.Millisecond) // let them line up (or not: any order keeps the bound)
+		require.NoError(t, lk.Release(ctx))
+		wg.Wait()
+		for token, n := range tokens {
+			assert.LessOrEqual(t, n, maxPasses+1, "acquisitions under token %s", token)
+		}
+	})
+	require.NoError(t, locker.Shutdown(ctx))
+}

@@ -485,6 +485,31 @@ func TestRelease_DoneContextStillReleases(t *testing.T) {
 	})
 }
 
+// A Release frees the key in Redis, and Redis never frees the lock before
+// Until (see Lock.Until): once Release has returned, Until is no later than
+// that moment, whether Release waited for Redis or, its ctx already done,
+// releases in the background.
+func TestLock_UntilNotAfterRelease(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+	}{{"waited for", ctx}, {"in the background", done}} {
+		lk, err := locker.Obtain(ctx, "k", time.Minute)
+		require.NoError(t, err)
+		_ = lk.Release(c.ctx)
+		returned := time.Now()
+		assert.False(t, lk.Until().After(returned), "released %s: Until is %v after Release returned", c.name, lk.Until().Sub(returned))
+		require.Eventually(t, func() bool { return rdb.Exists(ctx, "k").Val() == 0 }, 5*time.Second, time.Millisecond)
+	}
+	require.NoError(t, locker.Shutdown(ctx))
+}
+
 // A Refresh to a short lease whose first copy is delayed in the network
 // (go-redis times the read out and retries it on another connection, which
 // succeeds), then a Refresh to a long lease: the delayed copy of the short

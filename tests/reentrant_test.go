@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -367,4 +368,182 @@ func TestReentrant_JoinedHandleKeepAlive(t *testing.T) {
 	require.NoError(t, err, "the outer holder still holds it")
 	require.NoError(t, outer.Release(ctx))
 	require.NoError(t, locker.Shutdown(ctx))
+}
+
+// A lock found lost joins nothing: from the moment one of its contexts
+// ends with ErrLockLost, or TTL or Refresh returned ErrNotHeld having found
+// the key gone, an Obtain, TryObtain or WithLock of its key with a context
+// that carries it (Lock.Context) returns an error wrapping ErrLockLost at
+// once, sends no acquire command, and WithLock does not call fn; it does
+// not wait as a new owner until its deadline. KeepAlive gives a lost lock
+// back (see KeepAlive), and a Release may follow the loss: that the lock
+// is released must not hide that it was lost. Each way of finding a lock
+// lost is raced 100 times: a renewal finding the key taken and the
+// lost-lock timer (Redis frozen), 100 kept locks at once, each joined as
+// soon as its context ends; TTL, Refresh, and a Release after TTL, one lock
+// after another, every other one kept.
+//
+// A Release that finds the key gone without the loss having been found
+// before is not raced here: the docs do not count it as finding the lock
+// lost (no Lost event once a Release began), and a context that carries a
+// released lock is another owner (TestReentrant_HoldsAreCounted).
+func TestReentrant_FoundLostJoinsNothing(t *testing.T) {
+	const n = 100
+	t.Run("a renewal finds the key taken", func(t *testing.T) {
+		f := newLostJoins(t)
+		locks, kept := f.obtainKept(n, 150*time.Millisecond)
+		_, err := f.other.Pipelined(f.ctx, func(p redis.Pipeliner) error {
+			for _, lk := range locks {
+				p.Set(f.ctx, lk.Key(), "intruder", time.Minute)
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		f.joinEachOnLoss(locks, kept)
+		f.intruderUntouched(locks)
+	})
+	t.Run("the lost-lock timer, Redis frozen", func(t *testing.T) {
+		f := newLostJoins(t)
+		locks, kept := f.obtainKept(n, 300*time.Millisecond)
+		f.b.srv.Freeze(t)
+		f.joinEachOnLoss(locks, kept)
+		f.b.srv.Thaw(t)
+	})
+	for _, c := range []struct {
+		name string
+		find func(ctx context.Context, lk *redislock.Lock) error
+	}{
+		{"TTL finds the key gone", func(ctx context.Context, lk *redislock.Lock) error {
+			_, err := lk.TTL(ctx)
+			return err
+		}},
+		{"Refresh finds the key gone", func(ctx context.Context, lk *redislock.Lock) error {
+			return lk.Refresh(ctx, 10*time.Second)
+		}},
+		{"Release after TTL found the key gone", func(ctx context.Context, lk *redislock.Lock) error {
+			if _, err := lk.TTL(ctx); !errors.Is(err, redislock.ErrNotHeld) {
+				return err
+			}
+			return lk.Release(ctx)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newLostJoins(t)
+			var locks []*redislock.Lock
+			for i := range n {
+				key := "k" + strconv.Itoa(i)
+				lk, err := f.locker.TryObtain(f.ctx, key, 10*time.Second)
+				require.NoError(t, err)
+				locks = append(locks, lk)
+				if i%2 == 0 {
+					lk.KeepAlive(f.ctx)
+				}
+				require.NoError(t, f.other.Set(f.ctx, key, "intruder", time.Minute).Err())
+				require.ErrorIs(t, c.find(f.ctx, lk), redislock.ErrNotHeld)
+				if !f.joinsNothing(lk) {
+					break
+				}
+			}
+			f.intruderUntouched(locks)
+		})
+	}
+}
+
+// lostJoins is a Locker on a redis-server whose acquire commands are
+// counted, and another client, for TestReentrant_FoundLostJoinsNothing.
+type lostJoins struct {
+	t      *testing.T
+	b      *backend
+	ctx    context.Context
+	locker *redislock.Locker
+	acq    *acquireCounter
+	other  *redis.Client
+}
+
+func newLostJoins(t *testing.T) *lostJoins {
+	b := realBackend(t)
+	rdb, _ := b.client(t)
+	acq := &acquireCounter{}
+	rdb.AddHook(acq.hook())
+	f := &lostJoins{t: t, b: b, ctx: ctxT(t, 30*time.Second), locker: redislock.New(rdb), acq: acq, other: b.mustClient(t)}
+	t.Cleanup(func() {
+		b.srv.Thaw(t)
+		assert.NoError(t, f.locker.Shutdown(ctxT(t, 10*time.Second)))
+	})
+	return f
+}
+
+// obtainKept obtains n locks of ttl (keys k0, k1, ...) and keeps them.
+func (f *lostJoins) obtainKept(n int, ttl time.Duration) ([]*redislock.Lock, []context.Context) {
+	locks := make([]*redislock.Lock, n)
+	kept := make([]context.Context, n)
+	for i := range n {
+		lk, err := f.locker.TryObtain(f.ctx, "k"+strconv.Itoa(i), ttl)
+		require.NoError(f.t, err)
+		require.Positive(f.t, f.acq.of(lk.Key()), "the acquire commands are counted")
+		locks[i], kept[i] = lk, lk.KeepAlive(f.ctx)
+	}
+	return locks, kept
+}
+
+// joinEachOnLoss waits, for each lock at once, until its kept context ends
+// (with ErrLockLost), and then requires that it joins nothing.
+func (f *lostJoins) joinEachOnLoss(locks []*redislock.Lock, kept []context.Context) {
+	var wg sync.WaitGroup
+	for i, lk := range locks {
+		wg.Go(func() {
+			select {
+			case <-kept[i].Done():
+			case <-time.After(5 * time.Second):
+				f.t.Errorf("%q: the kept context outlived the lock", lk.Key())
+				return
+			}
+			assert.ErrorIs(f.t, context.Cause(kept[i]), redislock.ErrLockLost)
+			f.joinsNothing(lk)
+		})
+	}
+	wg.Wait()
+}
+
+// joinBound is how soon a call that joins nothing returns: it sends
+// nothing, and its deadline is 1 s away.
+const joinBound = 100 * time.Millisecond
+
+// joinsNothing requires that an Obtain, a TryObtain and a WithLock of lk's
+// key, with a context carrying lk (found lost), each return an error
+// wrapping ErrLockLost at once, send no acquire command, and that WithLock
+// does not call fn. It reports whether they did.
+func (f *lostJoins) joinsNothing(lk *redislock.Lock) bool {
+	t := f.t
+	base, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	cctx, key := lk.Context(base), lk.Key()
+	before := f.acq.of(key)
+	ok := true
+	check := func(name string, call func() (*redislock.Lock, error)) {
+		start := time.Now()
+		got, err := call()
+		took := time.Since(start)
+		if got != nil {
+			_ = got.Release(f.ctx)
+		}
+		ok = assert.ErrorIs(t, err, redislock.ErrLockLost, "%s of %q", name, key) && ok
+		ok = assert.Less(t, took, joinBound, "%s of %q returned after %v", name, key, took) && ok
+	}
+	check("Obtain", func() (*redislock.Lock, error) { return f.locker.Obtain(cctx, key, time.Minute) })
+	check("TryObtain", func() (*redislock.Lock, error) { return f.locker.TryObtain(cctx, key, time.Minute) })
+	called := false
+	check("WithLock", func() (*redislock.Lock, error) {
+		return nil, f.locker.WithLock(cctx, key, func(context.Context) error { called = true; return nil })
+	})
+	ok = assert.False(t, called, "WithLock of %q called fn", key) && ok
+	return assert.Equal(t, before, f.acq.of(key), "acquire commands sent for %q", key) && ok
+}
+
+// intruderUntouched requires that the keys of locks still hold the
+// intruder's value.
+func (f *lostJoins) intruderUntouched(locks []*redislock.Lock) {
+	for _, lk := range locks {
+		assert.Equal(f.t, "intruder", f.other.Get(f.ctx, lk.Key()).Val(), "%q", lk.Key())
+	}
 }
