@@ -32,8 +32,8 @@ func (d deployment) acquire(ctx context.Context, key string, ttl time.Duration, 
 		return nil, 1, waitFailed(key, ctx.Err(), l.lastFailure(errNoAnswer))
 	case err != nil && ctx.Err() != nil:
 		return nil, 1, waitFailed(key, ctx.Err(), err)
-	case err != nil && (permanent(err) || errors.Is(err, ErrNotReplicated)):
-		return nil, 1, err
+	case err != nil && (permanent(err) || errors.Is(err, ErrNotReplicated) || errors.Is(err, ErrInvalidTTL)):
+		return nil, 1, err // waiting cannot cure it (a ttl too short for this Redis: see claim)
 	}
 	// Held by another owner, not plain, or a failure that waiting may
 	// cure (the line tries again after its backoff): the line decides,

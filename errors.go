@@ -3,6 +3,7 @@ package redislock
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -149,8 +150,16 @@ type opError struct {
 }
 
 func (e *opError) Error() string {
-	return "redislock: " + e.op + " " + quoteKey(e.key) + ": " + strings.TrimPrefix(e.err.Error(), "redislock: ") + e.hint
+	msg := strings.TrimPrefix(e.err.Error(), "redislock: ")
+	if loc := scriptSuffix.FindStringIndex(msg); loc != nil {
+		msg = msg[:loc[0]] + msg[loc[1]:] // Redis's note on where in a script: no news to a caller
+	}
+	return "redislock: " + e.op + " " + quoteKey(e.key) + ": " + msg + e.hint
 }
+
+// scriptSuffix is what Redis adds to an error reply raised in a script:
+// " script: <sha1>, on @user_script:<line>." (and Valkey alike).
+var scriptSuffix = regexp.MustCompile(` script: [0-9a-f]{40}, on @user_script:\d+\.?`)
 
 func (e *opError) Unwrap() error { return e.err }
 

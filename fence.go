@@ -62,9 +62,9 @@ func (lk *Lock) Fence() int64 { return lk.fence }
 //
 // Fences are compared in Lua, whose numbers are exact up to 2^53: larger
 // fences are rejected with ErrInvalidOption (Lockers issue fences up to
-// 2^53-1). A key that holds anything else (a string, a list, a hash whose
-// fence field is not an integer, ...) is left as it is: the error wraps
-// ErrWrongKind.
+// 2^53-1). A key that holds anything else (a string, a list, a hash with
+// other fields, or whose fence is not an integer, ...) is left as it is:
+// the error wraps ErrWrongKind.
 //
 // SetFenced uses client directly: the resource may live on another Redis
 // than the locks.

@@ -207,10 +207,11 @@ func (c leaseContext) Err() error {
 var epoch = time.Now()
 
 // lose is KeepAlive's lost-lock timer, which fires margin before the
-// lease's local end: the lock is lost, unless r was stopped or replaced
-// (see Lock.lose).
+// lease's local end: the lock is lost (see Lock.lose), unless r was
+// stopped or replaced, or a renewal answered while the timer was firing
+// moved the end (moveExpiry then set the timer again).
 func (r *renewal) lose() {
-	if r.ctx.Err() == nil {
+	if r.ctx.Err() == nil && time.Since(epoch) >= time.Duration(r.end.Load()) {
 		r.lk.lose(r.ctx, nil)
 	}
 }

@@ -77,7 +77,9 @@ import (
 //	         to announce the hand-off ("p": PUBLISH, "s": SPUBLISH) and on
 //	         which channel, and the holder's description. And the field
 //	         "~spent" while a spent token of K may be marked (see spend.lua):
-//	         it keeps the plain scripts off the key.
+//	         it keeps the plain scripts off the key; and "~fence:T" while a
+//	         token T that a hand-off gave a fence holds K: an attempt of T
+//	         that crossed the hand-off reads its fence there (no second one).
 //	gens     hash token -> the highest generation of the lease commands
 //	         Redis ran for that holder (see leaseClock); only holders whose
 //	         lease length changed have one. It expires with the longest
@@ -139,6 +141,7 @@ const (
 	markPublish    = "p"
 	markSPublish   = "s"
 	spentField     = "~spent"  // the places field that is there while a token of the key may be spent
+	handedField    = "~fence:" // followed by a token: the fence a hand-off gave it, until its release (see handOff)
 	maxIssuedFence = 1<<53 - 1 // Lua numbers are doubles: exact up to 2^53
 )
 
@@ -158,7 +161,7 @@ func luaConsts() string {
 		{"NO_FENCE", replyNoFence}, {"NO_PLACE", replyNoPlace},
 		{"NO_EXPIRY", leaseNoExpiry}, {"ONLY_LINE", leaseOnlyLine},
 		{"EXCLUSIVE", markExclusive}, {"SHARED", markShared}, {"FOREIGN", markForeign}, {"SEMAPHORE", markSemaphore},
-		{"PUB", markPublish}, {"SPUB", markSPublish}, {"SPENT_FIELD", spentField}, {"MAX_FENCE", maxIssuedFence},
+		{"PUB", markPublish}, {"SPUB", markSPublish}, {"SPENT_FIELD", spentField}, {"HANDED_FIELD", handedField}, {"MAX_FENCE", maxIssuedFence},
 	} {
 		v := fmt.Sprint(c.value)
 		if s, ok := c.value.(string); ok {
@@ -647,7 +650,7 @@ func runFencedSet(ctx context.Context, c redis.Scripter, key, value string, fenc
 	case code == replyWrongKind:
 		what := "a Redis " + fmt.Sprint(v)
 		if v == "hash" {
-			what = "a hash whose fence field is not a non-negative integer"
+			what = "a hash of other fields, or whose fence is not a non-negative integer"
 		}
 		return false, 0, refusal{fmt.Errorf("%w: it holds %s, not a resource SetFenced writes (a hash with the fields value and fence); nothing was written", ErrWrongKind, what)}
 	}

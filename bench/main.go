@@ -38,6 +38,7 @@ type flags struct {
 	workers     int
 	procs       int
 	procWorkers int
+	scale       int
 	mkWorkers   int
 	mkKeys      int
 }
@@ -57,6 +58,7 @@ func main() {
 	flag.IntVar(&f.workers, "workers", 16, "goroutines of the single-process setups (in a child: its goroutines)")
 	flag.IntVar(&f.procs, "procs", 4, "processes of the multi-process setups (at least 2)")
 	flag.IntVar(&f.procWorkers, "proc-workers", 4, "goroutines per process of the multi-process setups")
+	flag.IntVar(&f.scale, "scale", 1000, "goroutines of the scale setups: all in one process (1p-<scale>), and split over -procs processes (<procs>p-<scale/procs>)")
 	flag.IntVar(&f.mkWorkers, "mk-workers", 32, "goroutines of the many-keys setup")
 	flag.IntVar(&f.mkKeys, "mk-keys", 100_000, "keys of the many-keys setup, each cycle picks one at random")
 	flag.StringVar(&c.impl, "child", "", "internal: run as a child process for this implementation")
@@ -92,7 +94,7 @@ func (f flags) valid(child bool) bool {
 	if child {
 		return ok
 	}
-	return ok && f.cs > 0 && f.cycles > 0 && f.repeat > 0 && f.procs > 1 && f.procWorkers > 0 && f.mkWorkers > 0 && f.mkKeys > 0
+	return ok && f.cs > 0 && f.cycles > 0 && f.repeat > 0 && f.procs > 1 && f.procWorkers > 0 && f.scale >= f.procs && f.mkWorkers > 0 && f.mkKeys > 0
 }
 
 // runParent runs the whole bench and prints the report.

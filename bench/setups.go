@@ -16,9 +16,12 @@ type setup struct {
 	sleep   time.Duration // in the middle of the critical section; 0 for the short ones
 }
 
-// allSetups returns the four setups that -workers, -procs, -proc-workers and
-// -cs describe, in report order. The multi-process ones are named after
-// -procs ("4p-sleep" by default).
+// allSetups returns the contended setups that -workers, -procs,
+// -proc-workers, -scale and -cs describe, in report order: four of a few
+// workers each, and two at scale (what happens when a thousand instances
+// wake at once), short critical sections. The multi-process ones are named
+// after -procs ("4p-sleep" by default), the scale ones after their
+// goroutines ("1p-1000", "4p-250").
 func allSetups(f flags) []setup {
 	multi := fmt.Sprintf("%dp", f.procs)
 	return []setup{
@@ -26,6 +29,8 @@ func allSetups(f flags) []setup {
 		{name: "1p-short", procs: 1, workers: f.workers},
 		{name: multi + "-sleep", procs: f.procs, workers: f.procWorkers, sleep: f.cs},
 		{name: multi + "-short", procs: f.procs, workers: f.procWorkers},
+		{name: fmt.Sprintf("1p-%d", f.scale), procs: 1, workers: f.scale},
+		{name: fmt.Sprintf("%s-%d", multi, f.scale/f.procs), procs: f.procs, workers: f.scale / f.procs},
 	}
 }
 

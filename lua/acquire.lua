@@ -26,8 +26,9 @@
 --         handed to the token (by this run, or by an earlier script whose
 --         announcement the waiter had not heard yet), or an earlier attempt
 --         whose reply was lost had taken it (a lease that ends later
---         already is left as it is). fence is the hand-off's fence when
---         this run handed it over, else a new fence with ARGV[3], else 0.
+--         already is left as it is). fence is the hand-off's fence when a
+--         hand-off gave it the key (this run's, or an earlier one this
+--         attempt crossed), else a new fence with ARGV[3], else 0.
 --         {NOT_OURS, ms} when it does not fit: ms is blockedFor's. With
 --         ARGV[4] > 0 the token now has a place in line, kept ARGV[4] ms
 --         from now.
@@ -64,7 +65,9 @@ if redis.call("EXISTS", LINE) == 1 then
 end
 local mine = isHolder(token, mode, kind)
 if mine or (first and redis.call("EXISTS", LINE) == 0 and fits(mode, kind)) then
-	local fence, problem = given[token] or 0, nil -- a hand-off of this run issued it one
+	-- a hand-off of this run, or one that this attempt crossed, issued it a
+	-- fence: it keeps it (one fence per acquisition)
+	local fence, problem = given[token] or tonumber(redis.call("HGET", PLACES, HANDED_FIELD .. token) or "0"), nil
 	if fenced and fence == 0 then
 		fence, problem = issueFence(FENCE)
 	end

@@ -22,4 +22,5 @@ local SEMAPHORE = "p"
 local PUB = "p"
 local SPUB = "s"
 local SPENT_FIELD = "~spent"
+local HANDED_FIELD = "~fence:"
 local MAX_FENCE = 9007199254740991

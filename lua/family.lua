@@ -171,6 +171,7 @@ local function drop(token, mode, kind)
 	if held then -- side keys another client broke do not undo the release
 		redis.pcall("HDEL", GENS, token)
 		redis.pcall("HDEL", HOLDERS, token)
+		redis.pcall("HDEL", PLACES, HANDED_FIELD .. token)
 	end
 	return held
 end

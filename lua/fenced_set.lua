@@ -20,9 +20,13 @@ local kind = redis.call("TYPE", resource).ok
 if kind ~= "hash" and kind ~= "none" then
 	return {WRONG_KIND, kind}
 end
-local seen = redis.call("HGET", resource, "fence") or "0"
-if not string.match(seen, "^%d+$") then
-	return {WRONG_KIND, "hash"}
+local seen = "0"
+if kind == "hash" then -- SetFenced's: a fence and at most a value
+	local n = redis.call("HLEN", resource)
+	seen = redis.call("HGET", resource, "fence") or ""
+	if not string.match(seen, "^%d+$") or n > 2 or (n == 2 and redis.call("HEXISTS", resource, "value") == 0) then
+		return {WRONG_KIND, "hash"}
+	end
 end
 seen = tonumber(seen)
 if fence < seen then

@@ -117,9 +117,14 @@ local function handOff(mine)
 				fence = issueFence(FENCE) or -1
 			end
 			if fence >= 0 then
-				take(token, mode, math.min(tonumber(ttl), tonumber(deadline) - now + 1), desc)
+				local lease = math.min(tonumber(ttl), tonumber(deadline) - now + 1)
+				take(token, mode, lease, desc)
 				given[token] = fence
 				n = n + 1
+				if fence > 0 then -- for an attempt of token that crossed this hand-off
+					redis.call("HSET", PLACES, HANDED_FIELD .. token, fence)
+					lengthen(PLACES, lease)
+				end
 			end
 			if fence >= 0 and channel == mine then
 				own[#own + 1] = token

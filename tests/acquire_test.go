@@ -321,12 +321,10 @@ func tooShortForTheLink(t *testing.T, b *backend, checker *redis.Client, check f
 		var mu sync.Mutex
 		var sent []script
 		rdb.AddHook(hook{before: func(cmd redis.Cmder) {
-			for _, s := range knownScripts {
-				if isScript(cmd, s) {
-					mu.Lock()
-					sent = append(sent, s)
-					mu.Unlock()
-				}
+			if s := scriptOfCmd(cmd); s != "" {
+				mu.Lock()
+				sent = append(sent, s)
+				mu.Unlock()
 			}
 		}})
 		rdb.AddHook(scriptLag(tooShortLag))
