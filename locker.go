@@ -101,7 +101,8 @@ func newLocker(client redis.UniversalClient, o options) *Locker {
 // wraps go-redis's error, and ctx's when the deadline ended a wait whose
 // last attempt failed. Errors that waiting cannot cure (a closed client,
 // ErrWrongKind, an error reply such as NOPERM) end the wait at once. A ctx
-// already done returns its error at once. An invalid key, ttl or option
+// already done returns its error at once, sending nothing (also when it
+// carries the lock: nothing is joined). An invalid key, ttl or option
 // returns ErrInvalidKey, ErrInvalidTTL or ErrInvalidOption before anything
 // is sent. ttl must be at least one millisecond; it is truncated to whole
 // milliseconds.

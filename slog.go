@@ -15,7 +15,9 @@ import (
 //   - Info: a Release that goes on in the background.
 //   - Debug: every acquisition, hand-off, renewal and release, and an
 //     Obtain or TryObtain that did not get a key another owner held
-//     (contention: a cron fleet's skipped ticks are no news).
+//     (contention: a cron fleet's skipped ticks are no news). A renewal
+//     that found the lock lost is at DEBUG too: the loss itself is logged
+//     at ERROR.
 //
 // Events below the logger's level cost a call to its handler's Enabled.
 //
