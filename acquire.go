@@ -21,6 +21,11 @@ func (d deployment) acquire(ctx context.Context, key string, ttl time.Duration, 
 	if o.wait == 0 {
 		return l.try(ctx, key, ttl, o)
 	}
+	if o.set != nil && l.sharded {
+		if groups := slotGroups(o.set); len(groups) > 1 {
+			return l.obtainAcross(ctx, ttl, o, groups)
+		}
+	}
 	if !o.plain() || l.lines.busy(key) {
 		return l.queue(ctx, key, ttl, o, nil)
 	}
@@ -53,7 +58,7 @@ func (d deployment) acquire(ctx context.Context, key string, ttl time.Duration, 
 // the key turns out not to be plain. It also returns how many acquire
 // commands it sent.
 func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, int, error) {
-	if l.lines.busy(key) {
+	if l.lines.busy(keysOf(key, o.set)...) {
 		return nil, 0, fmt.Errorf("%w: %s: this Locker holds it or waits for it", ErrNotObtained, quoteKey(key))
 	}
 	a := l.attemptArgs(key, ttl, o)
@@ -73,7 +78,7 @@ func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *opti
 // attemptArgs returns the arguments of an acquisition's single attempt,
 // with a new token.
 func (l *Locker) attemptArgs(key string, ttl time.Duration, o *options) attemptArgs {
-	a := attemptArgs{key: key, token: newToken(), holder: o.holder, ttl: ttl, fenced: o.fencing, mode: o.mode, plain: o.plain()}
+	a := attemptArgs{key: key, set: o.set, token: newToken(), holder: o.holder, ttl: ttl, fenced: o.fencing, mode: o.mode, plain: o.plain()}
 	if a.plain {
 		rkey := l.keys.lock(key)
 		a.places = l.keys.side(rkey, key, placesKind)
@@ -105,21 +110,22 @@ func (l *Locker) once(ctx context.Context, a attemptArgs, o *options) (*Lock, at
 	case err == nil && res.ours:
 		lk := newLock(l, a.key, a.token, a.mode, res.fence, a.ttl, start)
 		lk.replicas, lk.plain, lk.places, lk.resent = o.replicas, a.plain, a.places, res.resent
+		lk.set, lk.fences = a.set, res.fences
 		if err := l.claim(ctx, lk, a.ttl, false, false); err != nil {
 			return nil, res, err
 		}
 		return lk, res, nil
 	case err == nil:
 		if res.resent {
-			l.withdrawLater(ctx, a.key, a.token, a.mode, true, withdrawWait) // a first copy may still run
+			l.withdrawLater(ctx, &a, true, withdrawWait) // a first copy may still run
 		}
 		return nil, res, nil
 	case errors.Is(err, ErrNotReplicated):
 		// It took the key: nothing is held once ErrNotReplicated returns.
-		err = givenBack(err, l.withdrawLater(ctx, a.key, a.token, a.mode, res.resent, l.releaseBound()))
+		err = givenBack(err, l.withdrawLater(ctx, &a, res.resent, l.releaseBound()))
 	case !refused(err) && !isAbandoned(err) && !res.unsent:
 		// The attempt may have run: if it took the key, give it back.
-		l.withdrawLater(ctx, a.key, a.token, a.mode, true, withdrawWait)
+		l.withdrawLater(ctx, &a, true, withdrawWait)
 	}
 	return nil, res, failed("acquire", a.key, err)
 }
@@ -144,7 +150,7 @@ func (l *Locker) sendOnce(ctx context.Context, a attemptArgs, r replicas) (attem
 	}, func(res attemptResult, err error) {
 		defer l.background.end()
 		if sure := err == nil && !res.resent || res.unsent; !sure || res.ours {
-			l.withdrawLater(context.Background(), a.key, a.token, a.mode, !sure, 0)
+			l.withdrawLater(context.Background(), &a, !sure, 0)
 		}
 	})
 	if !isAbandoned(err) {
@@ -287,6 +293,20 @@ func (l *Locker) releaseLater(lk *Lock) <-chan struct{} {
 	done := make(chan struct{})
 	_ = lk.beginRelease()
 	lk.stopKeeping()
+	if lk.parts != nil { // a set across slots: each part
+		lk.markReleased()
+		var parts []<-chan struct{}
+		for _, p := range lk.parts {
+			parts = append(parts, l.releaseLater(p))
+		}
+		go func() {
+			for _, p := range parts {
+				<-p
+			}
+			close(done)
+		}()
+		return done
+	}
 	passed, lined := l.lines.pass(lk)
 	if passed {
 		l.handedOff(context.Background(), lk.key, true, 1)
@@ -342,11 +362,11 @@ const (
 // (see spend.lua). It ignores the outcome: a lease that is left expires by
 // itself. It waits for it at most wait, and not past the end of ctx, and
 // reports whether it is done.
-func (l *Locker) withdrawLater(ctx context.Context, key, token string, m lockMode, spend bool, wait time.Duration) bool {
+func (l *Locker) withdrawLater(ctx context.Context, a *attemptArgs, spend bool, wait time.Duration) bool {
 	done := make(chan struct{})
 	l.background.run(func() {
 		defer close(done)
-		l.withdraw(key, token, m, spend)
+		l.withdraw(keysOf(a.key, a.set), a.token, a.mode, spend)
 	})
 	return await(ctx, done, wait)
 }

@@ -26,11 +26,12 @@ type backend interface {
 	// acknowledged by r's replicas, and returns a reply each (see
 	// leaseSet).
 	renew(ctx context.Context, calls []refreshArgs, r replicas) []renewReply
-	// release releases lk, whose release has begun, bounded by ctx: held
-	// reports whether it held the key, handoffs to how many waiters it
-	// handed the key. A release that ctx cuts short goes on in the
-	// background (see Lock.end), and reports its hand-offs itself.
-	release(ctx context.Context, lk *Lock) (held bool, handoffs int, err error)
+	// release releases lk, whose release has begun, bounded by ctx: lost
+	// are the keys it did not find held by lk (nil when it released them
+	// all), handoffs to how many waiters it handed them. A release that ctx
+	// cuts short goes on in the background (see Lock.end), and reports its
+	// hand-offs itself.
+	release(ctx context.Context, lk *Lock) (lost []string, handoffs int, err error)
 	// pttl returns lk's lease left, leaseNotHeld when lk does not hold the key.
 	pttl(ctx context.Context, lk *Lock) (time.Duration, error)
 	// inspect reports who holds key.
@@ -104,7 +105,7 @@ func (d deployment) renewOn(ctx context.Context, calls []refreshArgs, r replicas
 }
 
 func (d deployment) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
-	return runPTTL(ctx, d.l.client, lk.rkey, lk.token, lk.mode)
+	return runPTTL(ctx, d.l.client, lk.redisKeys(), lk.token, lk.mode)
 }
 
 func (d deployment) inspect(ctx context.Context, key string) (Info, error) {
@@ -130,7 +131,7 @@ func renewReplyOf(cmd *redis.Cmd, key string, r replicas, acked int64) renewRepl
 // run (see spend.lua). (A plain lock is dropped before it comes to this:
 // see Lock.end.) When ctx ends first, the release goes on in the background
 // (see detached), and its hand-offs are reported when it is done.
-func (d deployment) release(ctx context.Context, lk *Lock) (held bool, handoffs int, err error) {
+func (d deployment) release(ctx context.Context, lk *Lock) (lost []string, handoffs int, err error) {
 	l := d.l
 	if placing := l.lines.placing(lk); placing != nil {
 		// A waiter of this Locker is between two places in line: let its
@@ -139,7 +140,7 @@ func (d deployment) release(ctx context.Context, lk *Lock) (held bool, handoffs 
 		await(ctx, placing, l.silence())
 	}
 	ln, withdraw := l.lines.prepareRelease(lk)
-	a := releaseArgs{key: lk.key, token: lk.token, mode: lk.mode, withdraw: withdraw, wake: l.wakeFor(lk.key).channel}
+	a := releaseArgs{key: lk.key, set: lk.set, token: lk.token, mode: lk.mode, withdraw: withdraw, wake: l.wakeFor(lk.key).channel}
 	lk.mu.Lock()
 	if lk.resent || lk.firstAttempt.mayRun() {
 		a.spend = l.spendFor()
@@ -148,7 +149,7 @@ func (d deployment) release(ctx context.Context, lk *Lock) (held bool, handoffs 
 	run := func(ctx context.Context) (releaseResult, error) {
 		res, err := runRelease(ctx, l.client, l.keys, a)
 		l.noteErr(err)
-		l.lines.releaseDone(l, lk.key, ln, res, err)
+		l.lines.releaseDone(l, keysOf(lk.key, lk.set), ln, res, err)
 		return res, err
 	}
 	var res releaseResult
@@ -166,7 +167,13 @@ func (d deployment) release(ctx context.Context, lk *Lock) (held bool, handoffs 
 		})
 	}
 	if err != nil {
-		return false, 0, err
+		return nil, 0, err
 	}
-	return lk.releasedBy(res.released, res.resent), res.handoffs, nil
+	keys := keysOf(lk.key, lk.set)
+	if !res.released && !(len(res.missing) == len(keys) && lk.releasedBy(false, res.resent)) {
+		for _, i := range res.missing {
+			lost = append(lost, keys[i])
+		}
+	}
+	return lost, res.handoffs, nil
 }

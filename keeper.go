@@ -118,6 +118,14 @@ func (lk *Lock) KeepAlive(ctx context.Context) context.Context {
 // asks, which it may not once it was released (joined handles may: see
 // keepOn).
 func (lk *Lock) keep(ctx context.Context, byHandle bool) context.Context {
+	if lk.parts != nil {
+		return lk.keepAcross(ctx, byHandle)
+	}
+	return lk.keepOne(ctx, byHandle)
+}
+
+// keepOne is keep for a Lock of one key, or of one slot's keys.
+func (lk *Lock) keepOne(ctx context.Context, byHandle bool) context.Context {
 	cctx, cancel := context.WithCancelCause(ctx)
 	r := &renewal{lk: lk, ctx: cctx, cancel: cancel}
 	lctx := leaseContext{Context: cctx, r: r}

@@ -181,7 +181,7 @@ func (c *leaseClock) busy() bool {
 // refreshArgs returns the arguments of a command that sets lk's lease to
 // ttl, of generation gen, issuing a fence when fenced.
 func (lk *Lock) refreshArgs(ttl time.Duration, gen int64, fenced bool) refreshArgs {
-	return refreshArgs{key: lk.key, token: lk.token, mode: lk.mode, ttl: ttl, gen: gen, fenced: fenced, described: lk.described}
+	return refreshArgs{key: lk.key, set: lk.set, token: lk.token, mode: lk.mode, ttl: ttl, gen: gen, fenced: fenced, described: lk.described}
 }
 
 // renewTo makes ttl the lease that renewals set from now on (see

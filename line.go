@@ -134,7 +134,8 @@ type line struct {
 	key     string
 	mode    lockMode  // the mode its waiters want the key in
 	wake    wakeup    // where hand-offs to its places are announced
-	own     bool      // a line of one shared or permit waiter (see lines.enter)
+	own     bool      // a line of one waiter: a shared, permit or set waiter (see lines.enter)
+	set     []string  // a set waiter's keys (key the first), nil for other lines
 	waiters []*waiter // first in line first
 	token   string    // the line's place, and the key's value once handed to it
 
@@ -181,6 +182,9 @@ type waiter struct {
 	err   error // the line failed the waiter
 }
 
+// keys returns the keys ln waits for.
+func (ln *line) keys() []string { return keysOf(ln.key, ln.set) }
+
 func (w *waiter) poke() {
 	select {
 	case w.wake <- struct{}{}:
@@ -201,18 +205,18 @@ func (ls *lines) enter(key string, wake wakeup, ttl time.Duration, deadline time
 	defer ls.mu.Unlock()
 	ls.shuttingDown = false
 	var ln *line
-	if o.mode.exclusive() {
+	if o.mode.exclusive() && o.set == nil {
 		ln = ls.lineFor(key, wake)
 	} else {
-		ln = ls.ownLine(key, wake, o.mode)
+		ln = ls.ownLine(key, o.set, wake, o.mode)
 	}
 	ln.waiters = append(ln.waiters, w)
 	return ln, w
 }
 
-// ownLine makes the line of one shared or permit waiter.
-func (ls *lines) ownLine(key string, wake wakeup, m lockMode) *line {
-	ln := &line{key: key, mode: m, wake: wake, own: true, lastErr: errNoAnswer}
+// ownLine makes the line of one shared, permit or set waiter.
+func (ls *lines) ownLine(key string, set []string, wake wakeup, m lockMode) *line {
+	ln := &line{key: key, set: set, mode: m, wake: wake, own: true, lastErr: errNoAnswer}
 	ls.freshToken(ln)
 	return ln
 }
@@ -224,7 +228,7 @@ func (ls *lines) reenter(ln *line, w *waiter) *line {
 	defer ls.mu.Unlock()
 	w.lock, w.claim = nil, false
 	if ln.own {
-		ln = ls.ownLine(ln.key, ln.wake, ln.mode)
+		ln = ls.ownLine(ln.key, ln.set, ln.wake, ln.mode)
 	} else {
 		ln = ls.lineFor(ln.key, ln.wake)
 	}
@@ -246,13 +250,17 @@ func (ls *lines) lineFor(key string, wake wakeup) *line {
 	return ln
 }
 
-// busy reports whether the Locker waits for key or holds it through its
-// line: a TryObtain then fails at once.
-func (ls *lines) busy(key string) bool {
+// busy reports whether the Locker waits for one of keys or holds it
+// through its line: a TryObtain then fails at once.
+func (ls *lines) busy(keys ...string) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	ln := ls.byKey[key]
-	return ln != nil && (len(ln.waiters) > 0 || hasHold(ln))
+	for _, key := range keys {
+		if ln := ls.byKey[key]; ln != nil && (len(ln.waiters) > 0 || hasHold(ln)) {
+			return true
+		}
+	}
+	return false
 }
 
 // hasHold reports whether ln's hold still has a lease.
@@ -361,7 +369,7 @@ func (ls *lines) send(l *Locker, ln *line, w *waiter, now time.Time) *attemptArg
 		ln.firstSent = now
 		ln.firstAttempt.out.Store(true)
 	}
-	a := &attemptArgs{key: ln.key, token: ln.token, holder: l.opts.holder, ttl: w.ttl, fenced: w.fenced, mode: ln.mode, place: placeLease, renew: ln.placeSent, wake: ln.wake}
+	a := &attemptArgs{key: ln.key, set: ln.set, token: ln.token, holder: l.opts.holder, ttl: w.ttl, fenced: w.fenced, mode: ln.mode, place: placeLease, renew: ln.placeSent, wake: ln.wake}
 	if !a.renew {
 		a.firstAttempt = ln.firstAttempt
 	}
@@ -384,7 +392,7 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 		if t := ln.pending[a.token]; t != nil && a.firstAttempt != nil && t.Stop() {
 			delete(ln.pending, a.token)
 			spend := a.firstAttempt.mayRun()
-			l.background.run(func() { l.withdraw(ln.key, a.token, ln.mode, spend) })
+			l.background.run(func() { l.withdraw(ln.keys(), a.token, ln.mode, spend) })
 			l.background.end() // the wait for the reply
 		}
 		ls.update(l, ln)
@@ -405,7 +413,9 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 	switch {
 	case err == nil && res.ours:
 		ln.handed = nil
-		ls.grant(ln, newLock(l, ln.key, a.token, ln.mode, res.fence, a.ttl, start))
+		lk := newLock(l, ln.key, a.token, ln.mode, res.fence, a.ttl, start)
+		lk.set, lk.fences = ln.set, res.fences
+		ls.grant(ln, lk)
 	case err == nil && res.noPlace:
 		// The place lapsed, or a hand-off to it went unheard and its lease
 		// ran out: the token is spent. Take a new place with a new one.
@@ -502,10 +512,10 @@ func (ls *lines) replaceToken(l *Locker, ln *line) {
 // after which it is done at once, with a mark, so that a hand-off to the
 // token's place does not hold the key meanwhile.
 func (ls *lines) withdrawToken(l *Locker, ln *line) {
-	key, token, m := ln.key, ln.token, ln.mode
+	keys, token, m := ln.keys(), ln.token, ln.mode
 	if !ln.firstAttempt.out.Load() {
 		spend := ln.firstAttempt.mayRun()
-		l.background.run(func() { l.withdraw(key, token, m, spend) })
+		l.background.run(func() { l.withdraw(keys, token, m, spend) })
 		return
 	}
 	if ln.pending == nil {
@@ -517,7 +527,7 @@ func (ls *lines) withdrawToken(l *Locker, ln *line) {
 		defer ls.mu.Unlock()
 		if ln.pending[token] != nil {
 			delete(ln.pending, token)
-			l.background.run(func() { l.withdraw(key, token, m, true) })
+			l.background.run(func() { l.withdraw(keys, token, m, true) })
 			l.background.end()
 		}
 	})
@@ -738,8 +748,8 @@ func (ls *lines) adopt(ln *line, lk *Lock) bool {
 	if ln.hold == lk {
 		return true
 	}
-	if ln.hold != nil || lk.lined || lk.mode != (lockMode{}) {
-		return false
+	if ln.hold != nil || lk.lined || lk.mode != (lockMode{}) || lk.set != nil {
+		return false // (a set's lock holds other keys too: it is never passed)
 	}
 	ln.hold, ln.passes, ln.round = lk, maxPasses, lk.since
 	return true
@@ -797,19 +807,19 @@ func (ls *lines) prepareRelease(lk *Lock) (ln *line, withdraw string) {
 // (when not nil), and the hand-offs it made to lines of this Locker. When
 // its outcome is unknown, a hand-off to a line of this Locker may have gone
 // unheard: their heads ask Redis.
-func (ls *lines) releaseDone(l *Locker, key string, ln *line, res releaseResult, err error) {
+func (ls *lines) releaseDone(l *Locker, keys []string, ln *line, res releaseResult, err error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	switch {
 	case err == nil:
 		for _, h := range res.handed {
-			ls.handedTo(l, key, h)
+			ls.handedTo(l, keys[h.at], h)
 		}
 		if res.resent { // an earlier run's hand-offs went with its reply
-			ls.ask(key)
+			ls.ask(keys)
 		}
 	case !refused(err):
-		ls.ask(key)
+		ls.ask(keys)
 	}
 	if ln != nil {
 		ln.inflight--
@@ -824,29 +834,36 @@ func (ls *lines) releaseDone(l *Locker, key string, ln *line, res releaseResult,
 
 // handedTo records a hand-off of key to h.token, if that is the token of one
 // of our lines; else it is not ours, or of a line that left: its withdrawal
-// passes it on.
+// passes it on. A set's line is asked to try instead (fenceAsk: see
+// line.lua): it takes its keys itself.
 func (ls *lines) handedTo(l *Locker, key string, h handoff) {
 	ln := ls.byKey[key]
 	if ln == nil || ln.token != h.token {
-		if ln = ls.byToken[h.token]; ln == nil || ln.key != key {
+		if ln = ls.byToken[h.token]; ln == nil || !slices.Contains(ln.keys(), key) {
 			return
 		}
 	}
-	ln.handed = &h
+	if h.fence == fenceAsk {
+		ln.check = true
+	} else {
+		ln.handed = &h
+	}
 	ls.update(l, ln)
 }
 
-// ask makes the heads of the lines of key ask Redis whether the key was
-// handed to them. ls.mu is held.
-func (ls *lines) ask(key string) {
+// ask makes the heads of the lines of keys ask Redis whether a key was
+// handed to them (a set's, whether it may take them). ls.mu is held.
+func (ls *lines) ask(keys []string) {
 	ask := func(ln *line) {
-		if ln.key == key && ln.place == placed && len(ln.waiters) > 0 {
+		if ln.place == placed && len(ln.waiters) > 0 && slices.ContainsFunc(ln.keys(), func(k string) bool { return slices.Contains(keys, k) }) {
 			ln.check = true
 			ln.waiters[0].poke()
 		}
 	}
-	if ln := ls.byKey[key]; ln != nil {
-		ask(ln)
+	for _, key := range keys {
+		if ln := ls.byKey[key]; ln != nil {
+			ask(ln)
+		}
 	}
 	for _, ln := range ls.byToken {
 		ask(ln)
@@ -944,15 +961,18 @@ func (ls *lines) retire(s *subscription, linger time.Duration) bool {
 // also marks the token spent (see spend.lua), for as long as go-redis may
 // still send a command of it: a copy of an attempt that runs later takes
 // nothing.
-func (l *Locker) withdraw(key, token string, m lockMode, spend bool) {
+func (l *Locker) withdraw(keys []string, token string, m lockMode, spend bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)
 	defer cancel()
-	a := releaseArgs{key: key, token: token, mode: m, wake: l.wakeFor(key).channel}
+	a := releaseArgs{key: keys[0], token: token, mode: m, wake: l.wakeFor(keys[0]).channel}
+	if len(keys) > 1 {
+		a.set = keys
+	}
 	if spend {
 		a.spend = l.spendFor()
 	}
 	res, err := runRelease(ctx, l.client, l.keys, a)
-	l.lines.releaseDone(l, key, nil, res, err)
+	l.lines.releaseDone(l, keys, nil, res, err)
 }
 
 // nextBackoff returns the polling delay after prev: drawn at random from

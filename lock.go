@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -26,6 +28,9 @@ type Lock struct {
 	token  string
 	mode   lockMode
 	fence  int64
+	set    []string // a set's keys (ObtainMulti), in the caller's order, key the first; nil for one key
+	fences []int64  // a set's fences, one per key of set (fence the first); nil for one key
+	parts  []*Lock  // a set across Cluster slots: a Lock per slot (see obtainAcross); nil otherwise
 
 	// What the acquisition wrote, for the release to undo; set before the
 	// Lock is returned.
@@ -118,6 +123,9 @@ func (lk *Lock) Until() time.Time {
 		return time.Time{}
 	}
 	a := lk.acquisition()
+	if a.parts != nil {
+		return a.untilAcross()
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.heldUntil()
@@ -141,6 +149,35 @@ func (lk *Lock) endNow() {
 	if lk.over.IsZero() {
 		lk.over = time.Now()
 	}
+}
+
+// fenceOf returns the fence lk took for key, one of its keys.
+func (lk *Lock) fenceOf(key string) int64 {
+	if i := slices.Index(lk.set, key); i >= 0 {
+		return lk.fences[i]
+	}
+	return lk.fence
+}
+
+// fencesOf returns the fences lk took for keys (nil for nil keys).
+func (lk *Lock) fencesOf(keys []string) []int64 {
+	var fences []int64
+	for _, key := range keys {
+		fences = append(fences, lk.fenceOf(key))
+	}
+	return fences
+}
+
+// redisKeys returns the Redis keys of lk's keys.
+func (lk *Lock) redisKeys() []string {
+	if lk.set == nil {
+		return []string{lk.rkey}
+	}
+	rkeys := make([]string, len(lk.set))
+	for i, key := range lk.set {
+		rkeys[i] = lk.locker.keys.lock(key)
+	}
+	return rkeys
 }
 
 // usable reports whether lk was made by a Locker (not nil, not a zero Lock).
@@ -208,6 +245,9 @@ func (lk *Lock) end(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	lk.stopKeeping()
+	if lk.parts != nil {
+		return lk.endAcross(ctx)
+	}
 	l := lk.locker
 	passed, lined := l.lines.pass(lk)
 	if passed {
@@ -232,12 +272,12 @@ func (lk *Lock) end(ctx context.Context) error {
 			}, nil)
 		}
 	}
-	var held bool
+	var lost []string
 	var handoffs int
 	if err == nil && reply.code == replyNotPlain {
-		held, handoffs, err = l.backend.release(ctx, lk)
-	} else if err == nil {
-		held = lk.releasedBy(reply.code == replyOK, reply.resent)
+		lost, handoffs, err = l.backend.release(ctx, lk)
+	} else if err == nil && !lk.releasedBy(reply.code == replyOK, reply.resent) {
+		lost = []string{lk.key}
 	}
 	switch {
 	case isAbandoned(err):
@@ -258,8 +298,8 @@ func (lk *Lock) end(ctx context.Context) error {
 	}
 	lk.markReleased() // held or not, it is not ours any more
 	l.handedOff(ctx, lk.key, false, handoffs)
-	if !held {
-		return lk.notHeld()
+	if lost != nil {
+		return lk.notHeld(lost)
 	}
 	return nil
 }
@@ -293,12 +333,19 @@ func (lk *Lock) drop(ctx context.Context) (dropReply, error) {
 	return dropReply{code: code, resent: sent.resent()}, err
 }
 
-// notHeld is the error of a release of lk that did not find it held.
-func (lk *Lock) notHeld() error {
+// notHeld is the error of a release of lk that did not find lost held.
+func (lk *Lock) notHeld(lost []string) error {
 	lk.mu.Lock()
 	unsure := lk.unsure
 	lk.mu.Unlock()
-	if unsure {
+	switch {
+	case lk.set != nil:
+		quoted := make([]string, len(lost))
+		for i, key := range lost {
+			quoted[i] = quoteKey(key)
+		}
+		return fmt.Errorf("%w: %s of the set were not held by it any more (the others were released)", ErrNotHeld, strings.Join(quoted, ", "))
+	case unsure:
 		return fmt.Errorf("%w: %s: an earlier run of this release may have released it (its reply was lost) before the lease ran out, or the lease ran out first", ErrNotHeld, quoteKey(lk.key))
 	}
 	return ErrNotHeld
@@ -432,7 +479,7 @@ func (lk *Lock) reportLost(ctx context.Context, lastErr error) {
 	default:
 		why = fmt.Errorf("%w: %s: no renewal was answered before the lease ran out (Redis or the network stalled)", ErrLockLost, quoteKey(lk.key))
 	}
-	h(ctx, LostEvent{Key: lk.key, Token: lk.token, Held: time.Since(lk.since), Err: why})
+	h(ctx, LostEvent{Key: lk.key, Keys: lk.set, Token: lk.token, Held: time.Since(lk.since), Err: why})
 }
 
 // markReleased records that lk is released, or being released.
@@ -460,6 +507,9 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	lk = lk.acquisition()
 	ttl = ttl.Truncate(time.Millisecond)
+	if lk.parts != nil {
+		return lk.refreshAcross(ctx, ttl)
+	}
 	r, err := lk.setLease(ctx, ttl, false)
 	if err != nil {
 		return failed("refresh", lk.key, err)
@@ -479,6 +529,9 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, ErrNotHeld
 	}
 	lk = lk.acquisition()
+	if lk.parts != nil {
+		return lk.ttlAcross(ctx)
+	}
 	left, err := call(ctx, lk.locker, func(ctx context.Context) (time.Duration, error) {
 		return lk.locker.backend.pttl(ctx, lk)
 	})

@@ -158,7 +158,7 @@ func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *o
 	attempts, err := 0, ctx.Err()
 	if err != nil {
 		err = failed("acquire", key, err)
-	} else if lk, err = l.join(ctx, key, o.mode); lk == nil && err == nil {
+	} else if lk, err = l.join(ctx, key, o); lk == nil && err == nil {
 		if o.wait > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, o.wait)
@@ -166,7 +166,7 @@ func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *o
 		}
 		lk, attempts, err = l.backend.acquire(ctx, key, ttl.Truncate(time.Millisecond), o)
 	}
-	l.obtained(ctx, key, start, attempts, lk, err)
+	l.obtained(ctx, key, o.set, start, attempts, lk, err)
 	return lk, err
 }
 
@@ -191,11 +191,16 @@ func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.C
 		return err
 	}
 	o := l.opts.apply(opts, true)
+	return l.withLock(ctx, key, fn, &o)
+}
+
+// withLock is WithLock with resolved options (a set's, with o.set).
+func (l *Locker) withLock(ctx context.Context, key string, fn func(ctx context.Context) error, o *options) (err error) {
 	if fn == nil && o.err == nil {
 		o.err = ErrNilFunc
 	}
 	o.ttlSet = false // WithLock takes its lease from WithTTL
-	lk, err := l.obtain(ctx, key, o.ttl, &o)
+	lk, err := l.obtain(ctx, key, o.ttl, o)
 	if err != nil {
 		return err
 	}
@@ -233,8 +238,14 @@ func (l *Locker) check(ctx context.Context, key string, ttl time.Duration, o *op
 	switch {
 	case o.err != nil:
 		return o.err
+	case o.set != nil:
+		if err := checkSet(o); err != nil {
+			return err
+		}
 	case checkKey(key) != nil:
 		return checkKey(key)
+	}
+	switch {
 	case ttl < time.Millisecond:
 		return fmt.Errorf("%w: must be at least 1ms (got %v)", ErrInvalidTTL, ttl)
 	case o.ttlSet:
@@ -249,5 +260,5 @@ func (l *Locker) check(ctx context.Context, key string, ttl time.Duration, o *op
 // plain reports whether an acquisition with options o takes a plain lock
 // (see the note at the top of scripts.go): exclusive, without a fence or a description.
 func (o *options) plain() bool {
-	return o.mode.exclusive() && !o.fencing && o.holder == ""
+	return o.mode.exclusive() && !o.fencing && o.holder == "" && o.set == nil
 }

@@ -76,6 +76,7 @@ const (
 // WithLock).
 type ObtainEvent struct {
 	Key      string
+	Keys     []string      // a set's keys (ObtainMulti), Key the first; nil for one key
 	Outcome  Outcome       // OutcomeAcquired, OutcomeNotObtained or OutcomeError
 	Start    time.Time     // when the call began
 	Wait     time.Duration // from the call to its outcome
@@ -106,6 +107,7 @@ type RenewEvent struct {
 // A LostEvent reports that an acquisition was lost.
 type LostEvent struct {
 	Key   string
+	Keys  []string // a set's keys, Key the first; nil for one key
 	Token string
 	Held  time.Duration // from the acquisition to the loss
 	Err   error         // why: wraps ErrLockLost, and the last renewal's error when there was one
@@ -114,6 +116,7 @@ type LostEvent struct {
 // A ReleaseEvent reports the release of an acquisition.
 type ReleaseEvent struct {
 	Key     string
+	Keys    []string // a set's keys, Key the first; nil for one key
 	Token   string
 	Outcome Outcome       // OutcomeReleased, OutcomeNotHeld, OutcomeBackground or OutcomeError
 	Held    time.Duration // from the acquisition to the release
@@ -153,12 +156,12 @@ func both[E any](a, b func(context.Context, E)) func(context.Context, E) {
 }
 
 // obtained reports an acquisition attempt that began at start.
-func (l *Locker) obtained(ctx context.Context, key string, start time.Time, attempts int, lk *Lock, err error) {
+func (l *Locker) obtained(ctx context.Context, key string, set []string, start time.Time, attempts int, lk *Lock, err error) {
 	h := l.opts.hooks.Obtain
 	if h == nil {
 		return
 	}
-	e := ObtainEvent{Key: key, Start: start, Wait: time.Since(start), Attempts: attempts, Err: err}
+	e := ObtainEvent{Key: key, Keys: set, Start: start, Wait: time.Since(start), Attempts: attempts, Err: err}
 	switch {
 	case err == nil:
 		e.Outcome, e.Joined, e.Token, e.Fence = OutcomeAcquired, lk.joined != nil, lk.token, lk.fence
@@ -190,7 +193,7 @@ func (lk *Lock) releasedEvent(ctx context.Context, err error) {
 	if h == nil {
 		return
 	}
-	e := ReleaseEvent{Key: lk.key, Token: lk.token, Held: time.Since(lk.since), Err: err, Outcome: OutcomeReleased}
+	e := ReleaseEvent{Key: lk.key, Keys: lk.set, Token: lk.token, Held: time.Since(lk.since), Err: err, Outcome: OutcomeReleased}
 	switch {
 	case errors.Is(err, ErrNotHeld):
 		e.Outcome = OutcomeNotHeld

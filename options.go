@@ -33,6 +33,7 @@ type options struct {
 	replicas   replicas      // see WithReplicas
 	holder     string        // see WithHolder
 	namespace  string        // see WithNamespace
+	set        []string      // a set's keys (ObtainMulti), nil for one key
 	modeSet    bool          // WithShared, WithPermits or WithExclusive came in this apply (see apply)
 	ttlSet     bool          // WithTTL came in this apply
 	call       bool          // the options are a call's (see lockerOnly)

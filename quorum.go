@@ -145,6 +145,8 @@ func (q *quorum) check(o *options, ttl time.Duration) error {
 		return fmt.Errorf("%w: WithShared and WithPermits are not supported by a quorum Locker", ErrInvalidOption)
 	case o.replicas.n > 0:
 		return fmt.Errorf("%w: WithReplicas is not supported by a quorum Locker (its nodes are masters)", ErrInvalidOption)
+	case o.set != nil:
+		return fmt.Errorf("%w: a set of keys (ObtainMulti) is not supported by a quorum Locker", ErrInvalidOption)
 	}
 	return nil
 }
@@ -562,7 +564,7 @@ func (q *quorum) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 	maj, n := q.majority(), len(q.nodes)
 	ch := fanOut(ctx, q, func(ctx context.Context, node *Locker) (time.Duration, error) {
 		return bounded(ctx, node.direct, func(ctx context.Context) (time.Duration, error) {
-			return runPTTL(ctx, node.client, lk.rkey, lk.token, lockMode{})
+			return runPTTL(ctx, node.client, []string{node.keys.lock(lk.key)}, lk.token, lockMode{})
 		}, nil)
 	})
 	var left []time.Duration
@@ -603,7 +605,7 @@ func (q *quorum) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 // releaseBound: not with ctx, which a client that stops at deadlines
 // (ContextTimeoutEnabled) would abandon at the caller's deadline, leaving
 // the lock on that node for its lease.
-func (q *quorum) release(ctx context.Context, lk *Lock) (released bool, _ int, err error) {
+func (q *quorum) release(ctx context.Context, lk *Lock) (lost []string, _ int, err error) {
 	maj, n := q.majority(), len(q.nodes)
 	ch := make(chan reply[releaseResult], n)
 	for i, node := range q.nodes {
@@ -633,9 +635,9 @@ func (q *quorum) release(ctx context.Context, lk *Lock) (released bool, _ int, e
 	})
 	switch {
 	case ok >= maj:
-		return true, 0, nil
+		return nil, 0, nil
 	case notHeld > n-maj:
-		return false, 0, nil
+		return []string{lk.key}, 0, nil
 	}
 	err = errors.Join(errs...)
 	if answered := ok + notHeld + len(errs); answered < n {
@@ -643,9 +645,9 @@ func (q *quorum) release(ctx context.Context, lk *Lock) (released bool, _ int, e
 	}
 	err = fmt.Errorf("%d of %d masters released the lock and %d did not hold it, too few to decide (a majority is %d): %w", ok, n, notHeld, maj, err)
 	if ctx.Err() != nil {
-		return false, 0, abandonedError{err} // the releases go on
+		return nil, 0, abandonedError{err} // the releases go on
 	}
-	return false, 0, err
+	return nil, 0, err
 }
 
 // inspect is Locker.Inspect for a quorum Locker: the holders that a

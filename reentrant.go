@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -58,6 +59,19 @@ func (lk *Lock) Context(parent context.Context) context.Context {
 	return context.WithValue(parent, heldKey{}, &held{lk: lk.acquisition(), next: next})
 }
 
+// FromContext returns the lock ctx carries (see Lock.Context): in the fn of
+// WithLock or WithLockMulti, that call's lock, with no round trip: its
+// Fence or Fences (for SetFenced), Token, Keys and Until. With locks
+// nested, the innermost; nil when ctx carries none. WithLock releases it
+// when fn returns: fn must not Release it, nor call its KeepAlive (which
+// would replace the context fn runs with).
+func FromContext(ctx context.Context) *Lock {
+	if h, _ := ctx.Value(heldKey{}).(*held); h != nil {
+		return h.lk
+	}
+	return nil
+}
+
 // acquisition returns the acquisition lk is a handle of (lk itself, unless
 // it joined another).
 func (lk *Lock) acquisition() *Lock {
@@ -79,7 +93,7 @@ func (l *Locker) carried(ctx context.Context, key string, m lockMode) []*Lock {
 	}
 	var lks []*Lock
 	for h, _ := ctx.Value(heldKey{}).(*held); h != nil; h = h.next {
-		if a := h.lk; a.locker == l && a.key == key && a.mode.permits == 0 {
+		if a := h.lk; a.locker == l && slices.Contains(keysOf(a.key, a.set), key) && a.mode.permits == 0 {
 			lks = append(lks, a)
 		}
 	}
@@ -98,15 +112,35 @@ func (l *Locker) checkUpgrade(ctx context.Context, key string, m lockMode) error
 }
 
 // join returns a new handle of the lock on key that ctx carries for l, if
-// it carries one that a call in mode m may join, and nil otherwise.
-func (l *Locker) join(ctx context.Context, key string, m lockMode) (*Lock, error) {
-	for _, a := range l.carried(ctx, key, m) {
+// it carries one that a call with options o may join, and nil otherwise.
+// A set's call (o.set) joins a lock that holds all its keys; a lock that
+// holds some of them would make the call wait for itself: that is an error.
+func (l *Locker) join(ctx context.Context, key string, o *options) (*Lock, error) {
+	carried := l.carried(ctx, key, o.mode)
+	if o.set != nil {
+		carried = nil
+		partly := false
+		for _, k := range o.set {
+			for _, a := range l.carried(ctx, k, o.mode) {
+				partly = true
+				if !slices.ContainsFunc(o.set, func(k string) bool { return !slices.Contains(keysOf(a.key, a.set), k) }) {
+					carried = append(carried, a)
+				}
+			}
+		}
+		if partly && carried == nil {
+			return nil, errPartly
+		}
+	}
+	for _, a := range carried {
+		// A set across slots is lost with any part (see keepAcross).
+		across := a.parts != nil && (a.lostAcross() || !time.Now().Before(a.untilAcross()))
 		a.mu.Lock()
 		// A lock found lost stays lost, also once the give-back that
 		// follows the loss has released it (see KeepAlive): lost is set
 		// before any of its contexts ends with ErrLockLost.
 		live := !a.released && !a.releasing && a.handles > 0
-		lost := a.lost || live && (a.lostWhy != nil || !time.Now().Before(a.heldUntil()))
+		lost := a.lost || live && (across || a.parts == nil && (a.lostWhy != nil || !time.Now().Before(a.heldUntil())))
 		if live && !lost {
 			a.handles++
 		}
@@ -115,11 +149,15 @@ func (l *Locker) join(ctx context.Context, key string, m lockMode) (*Lock, error
 		case lost:
 			return nil, fmt.Errorf("%w: %s: the lock this context carries is lost (its lease is over): its holder must stop", ErrLockLost, quoteKey(key))
 		case live:
-			return &Lock{locker: l, key: key, token: a.token, mode: a.mode, fence: a.fence, joined: a}, nil
+			return &Lock{locker: l, key: key, set: o.set, token: a.token, mode: a.mode, fence: a.fenceOf(key), fences: a.fencesOf(o.set), joined: a}, nil
 		}
 	}
 	return nil, nil
 }
+
+// errPartly is the error of a set's call whose context carries a lock of
+// some of its keys, but not of all: it would wait for itself.
+var errPartly = fmt.Errorf("%w: the context carries a lock of some of the keys, not of all: the call would wait for itself", ErrInvalidOption)
 
 // endHandle ends lk's handle: last reports that it was the last handle of
 // its acquisition, which must then be released (or reported not held, when

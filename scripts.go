@@ -130,6 +130,10 @@ const (
 	leaseUnknown  = -4 // no reply said how long the holder keeps the key (a quorum's attempts)
 )
 
+// fenceAsk is the fence of an announcement to a set's place (see line.lua):
+// not a hand-off, but its turn on a key; its waiter tries to take them all.
+const fenceAsk = -2
+
 // The marks of a lock's modes in a script's arguments and replies (see
 // lockMode.arg and what inspect.lua reports), and of how a hand-off is
 // announced (see wakeup.pub).
@@ -138,6 +142,8 @@ const (
 	markShared     = "s"
 	markForeign    = "?" // a string this layout did not write (Inspect: ModeForeign)
 	markSemaphore  = "p" // inspect.lua's name of a semaphore
+	markSetX       = "X" // a set's exclusive place (see line.lua)
+	markSetS       = "S" // a set's shared place
 	markPublish    = "p"
 	markSPublish   = "s"
 	spentField     = "~spent"  // the places field that is there while a token of the key may be spent
@@ -159,8 +165,8 @@ func luaConsts() string {
 		{"OK", replyOK}, {"NOT_OURS", replyNotOurs}, {"SUPERSEDED", replySuperseded}, {"STALE_FENCE", replyStaleFence},
 		{"NOT_PLAIN", replyNotPlain}, {"WRONG_KIND", replyWrongKind}, {"OTHER_PERMITS", replyOtherPermits},
 		{"NO_FENCE", replyNoFence}, {"NO_PLACE", replyNoPlace},
-		{"NO_EXPIRY", leaseNoExpiry}, {"ONLY_LINE", leaseOnlyLine},
-		{"EXCLUSIVE", markExclusive}, {"SHARED", markShared}, {"FOREIGN", markForeign}, {"SEMAPHORE", markSemaphore},
+		{"NO_EXPIRY", leaseNoExpiry}, {"ONLY_LINE", leaseOnlyLine}, {"ASK", fenceAsk},
+		{"EXCLUSIVE", markExclusive}, {"SHARED", markShared}, {"SET_EXCLUSIVE", markSetX}, {"SET_SHARED", markSetS}, {"FOREIGN", markForeign}, {"SEMAPHORE", markSemaphore},
 		{"PUB", markPublish}, {"SPUB", markSPublish}, {"SPENT_FIELD", spentField}, {"HANDED_FIELD", handedField}, {"MAX_FENCE", maxIssuedFence},
 	} {
 		v := fmt.Sprint(c.value)
@@ -357,23 +363,37 @@ func boolArg(b bool) string {
 }
 
 // familyKeys returns the KEYS of the scripts of the line and the family on
-// the lock at Redis key rkey (the lock on key): the lock key, line, places,
-// gens, holders, the fence counter, and the spent mark of token (when
-// token is not "").
-func (ks keyspace) familyKeys(rkey, key, token string) []string {
-	keys := []string{rkey, ks.side(rkey, key, lineKind), ks.side(rkey, key, placesKind),
-		ks.side(rkey, key, gensKind), ks.side(rkey, key, holdersKind), ks.fence(rkey)}
-	if token != "" {
-		keys = append(keys, ks.side(rkey, key, spentKind+":"+token))
+// the locks on keys: for each, its Redis key, line, places, gens, holders
+// and fence counter; then, when token is not "", the spent mark of token
+// (the first key's).
+func (ks keyspace) familyKeys(keys []string, token string) []string {
+	out := make([]string, 0, 6*len(keys)+1)
+	for _, key := range keys {
+		rkey := ks.lock(key)
+		out = append(out, rkey, ks.side(rkey, key, lineKind), ks.side(rkey, key, placesKind),
+			ks.side(rkey, key, gensKind), ks.side(rkey, key, holdersKind), ks.fence(rkey))
 	}
-	return keys
+	if token != "" {
+		out = append(out, ks.side(ks.lock(keys[0]), keys[0], spentKind+":"+token))
+	}
+	return out
+}
+
+// keysOf is key, or set's keys when it is a set's (ObtainMulti: key is
+// the first of them).
+func keysOf(key string, set []string) []string {
+	if set != nil {
+		return set
+	}
+	return []string{key}
 }
 
 // attemptArgs are the arguments of one acquire.lua run (take.lua's, for a
 // plain attempt).
 type attemptArgs struct {
 	key, token   string
-	holder       string // the holder's description, "" for none
+	set          []string // a set's keys (ObtainMulti; key is the first), nil for one key
+	holder       string   // the holder's description, "" for none
 	ttl          time.Duration
 	fenced       bool
 	mode         lockMode
@@ -404,6 +424,7 @@ func (w wakeup) pub() string {
 type attemptResult struct {
 	ours     bool
 	fence    int64         // when ours
+	fences   []int64       // a set's, when ours: one per key
 	pttl     time.Duration // when not ours: blockedFor's (leaseNoExpiry, leaseOnlyLine: see line.lua)
 	noPlace  bool          // a renewal found no place, or the token is spent: it must not be used again
 	notPlain bool          // a plain attempt found the key not plain: acquire.lua decides
@@ -418,7 +439,7 @@ func (a attemptArgs) call(ks keyspace) scriptCall {
 	if a.plain {
 		return scriptCall{takeScript, []string{rkey, a.places}, []any{token, a.ttl.Milliseconds()}}
 	}
-	return scriptCall{acquireScript, ks.familyKeys(rkey, a.key, a.token), []any{token,
+	return scriptCall{acquireScript, ks.familyKeys(keysOf(a.key, a.set), a.token), []any{token,
 		a.ttl.Milliseconds(), boolArg(a.fenced), a.place.Milliseconds(), boolArg(!a.renew), a.mode.arg(), a.wake.pub(), a.wake.channel, a.holder}}
 }
 
@@ -437,13 +458,20 @@ func parseAttempt(a attemptArgs, cmd *redis.Cmd) (attemptResult, error) {
 		return attemptResult{}, err
 	}
 	code, ok := replyInt(res, 0)
-	if !ok || len(res) > 2 {
+	if !ok || len(res) > 2 && code != replyOK {
 		return attemptResult{}, fmt.Errorf("unexpected reply %v", res)
 	}
 	v, _ := replyInt(res, 1)
 	switch code {
 	case replyOK:
-		return attemptResult{ours: true, fence: v}, nil
+		r := attemptResult{ours: true, fence: v}
+		if a.set != nil {
+			for i := range a.set {
+				f, _ := replyInt(res, i+1)
+				r.fences = append(r.fences, f)
+			}
+		}
+		return r, nil
 	case replyNotOurs, replyNoPlace:
 		return attemptResult{pttl: time.Duration(v) * time.Millisecond, noPlace: code == replyNoPlace}, nil
 	case replyNotPlain:
@@ -461,6 +489,7 @@ func parseAttempt(a attemptArgs, cmd *redis.Cmd) (attemptResult, error) {
 // releaseArgs are the arguments of one release.lua run.
 type releaseArgs struct {
 	key, token string
+	set        []string // a set's keys (key is the first), nil for one key
 	mode       lockMode
 	withdraw   string        // a place to take out of line too, or ""
 	spend      time.Duration // mark token spent for that long; 0: no mark
@@ -470,6 +499,7 @@ type releaseArgs struct {
 // releaseResult is the outcome of a release.lua run.
 type releaseResult struct {
 	released bool
+	missing  []int     // the keys (their indexes) it did not hold
 	handoffs int       // places in line that got the key
 	handed   []handoff // hand-offs to places of the caller's Locker
 	resent   bool      // go-redis sent the release more than once (see counted)
@@ -479,6 +509,7 @@ type releaseResult struct {
 // fence, 0 for none, -1 when it could not be issued (the place was dropped);
 // lease is the lease it asked for (see line.go for what it got).
 type handoff struct {
+	at    int // the index of its key, among a set's
 	token string
 	fence int64
 	lease time.Duration
@@ -486,25 +517,31 @@ type handoff struct {
 
 // runRelease runs release.lua.
 func runRelease(ctx context.Context, c redis.Scripter, ks keyspace, a releaseArgs) (releaseResult, error) {
-	rkey := ks.lock(a.key)
-	s := scriptCall{releaseScript, ks.familyKeys(rkey, a.key, a.token),
+	s := scriptCall{releaseScript, ks.familyKeys(keysOf(a.key, a.set), a.token),
 		[]any{&counted{s: a.token}, a.mode.arg(), a.withdraw, a.spend.Milliseconds(), a.wake}}
 	cmd, sent := s.run(ctx, c)
+	r := releaseResult{resent: sent.resent()}
 	res, err := cmd.Slice()
 	if err != nil {
-		return releaseResult{resent: sent.resent()}, err
+		return r, err
 	}
-	if len(res) < 2 || len(res)%3 != 2 {
-		return releaseResult{resent: sent.resent()}, fmt.Errorf("unexpected reply %v", res)
-	}
+	missing, _ := res[min(2, len(res)-1)].([]any)
+	own, _ := res[len(res)-1].([]any)
 	held, _ := replyInt(res, 0)
 	n, _ := replyInt(res, 1)
-	r := releaseResult{released: held == replyOK, handoffs: int(n), resent: sent.resent()}
-	for i := 2; i < len(res); i += 3 {
-		token, _ := res[i].(string)
-		fence, _ := replyInt(res, i+1)
-		lease, _ := replyInt(res, i+2)
-		r.handed = append(r.handed, handoff{token: token, fence: fence, lease: time.Duration(lease) * time.Millisecond})
+	if len(res) != 4 || len(own)%4 != 0 {
+		return r, fmt.Errorf("unexpected reply %v", res)
+	}
+	r.released, r.handoffs = held == replyOK, int(n)
+	for _, i := range missing {
+		r.missing = append(r.missing, int(i.(int64))-1)
+	}
+	for i := 0; i < len(own); i += 4 {
+		token, _ := own[i+1].(string)
+		fence, _ := replyInt(own, i+2)
+		lease, _ := replyInt(own, i+3)
+		at, _ := replyInt(own, i)
+		r.handed = append(r.handed, handoff{at: int(at) - 1, token: token, fence: fence, lease: time.Duration(lease) * time.Millisecond})
 	}
 	return r, nil
 }
@@ -513,6 +550,7 @@ func runRelease(ctx context.Context, c redis.Scripter, ks keyspace, a releaseArg
 // in mode to ttl, of generation gen, issuing a fence when fenced.
 type refreshArgs struct {
 	key, token string
+	set        []string // a set's keys (key is the first), nil for one key
 	mode       lockMode
 	ttl        time.Duration
 	gen        int64
@@ -523,19 +561,23 @@ type refreshArgs struct {
 // call returns the script run of a: renew.lua for an exclusive holder,
 // renew_shared.lua for others.
 func (a refreshArgs) call(ks keyspace) scriptCall {
-	rkey := ks.lock(a.key)
+	keys := keysOf(a.key, a.set)
 	if !a.mode.exclusive() {
-		return scriptCall{renewSharedScript, ks.familyKeys(rkey, a.key, ""),
+		return scriptCall{renewSharedScript, ks.familyKeys(keys, ""),
 			[]any{a.token, a.ttl.Milliseconds(), a.gen, boolArg(a.fenced), a.mode.arg()}}
 	}
-	keys := []string{rkey, ks.side(rkey, a.key, gensKind)}
-	if a.fenced {
-		keys = append(keys, ks.fence(rkey))
+	var rkeys []string
+	for _, key := range keys {
+		rkey := ks.lock(key)
+		rkeys = append(rkeys, rkey, ks.side(rkey, key, gensKind))
+		if a.fenced {
+			rkeys = append(rkeys, ks.fence(rkey))
+		}
+		if a.described {
+			rkeys = append(rkeys, ks.side(rkey, key, holdersKind))
+		}
 	}
-	if a.described {
-		keys = append(keys, ks.side(rkey, a.key, holdersKind))
-	}
-	return scriptCall{renewScript, keys, []any{a.token, a.ttl.Milliseconds(), a.gen, boolArg(a.fenced), boolArg(a.described)}}
+	return scriptCall{renewScript, rkeys, []any{a.token, a.ttl.Milliseconds(), a.gen, boolArg(a.fenced), boolArg(a.described)}}
 }
 
 // parseRefresh reads renew.lua's (renew_shared.lua's) reply: its code
@@ -553,9 +595,10 @@ func parseRefresh(cmd *redis.Cmd) (code, fence int64, err error) {
 }
 
 // runPTTL runs pttl.lua (pttl_shared.lua): the lease left of token at
-// Redis key rkey, leaseNotHeld when token does not hold it.
-func runPTTL(ctx context.Context, c redis.Scripter, rkey, token string, m lockMode) (time.Duration, error) {
-	s := scriptCall{pttlScript, []string{rkey}, []any{token}}
+// Redis keys rkeys (the shortest, for a set's), leaseNotHeld when token
+// does not hold them all.
+func runPTTL(ctx context.Context, c redis.Scripter, rkeys []string, token string, m lockMode) (time.Duration, error) {
+	s := scriptCall{pttlScript, rkeys, []any{token}}
 	if !m.exclusive() {
 		s.script = pttlSharedScript
 	}
@@ -573,7 +616,7 @@ func runPTTL(ctx context.Context, c redis.Scripter, rkey, token string, m lockMo
 
 // runInspect runs inspect.lua.
 func runInspect(ctx context.Context, c redis.Scripter, ks keyspace, key string) (Info, error) {
-	cmd, _ := scriptCall{inspectScript, ks.familyKeys(ks.lock(key), key, ""), nil}.run(ctx, c)
+	cmd, _ := scriptCall{inspectScript, ks.familyKeys([]string{key}, ""), nil}.run(ctx, c)
 	res, err := cmd.Slice()
 	if err != nil {
 		return Info{}, err

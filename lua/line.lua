@@ -1,53 +1,66 @@
--- line.lua (a part, after family.lua): the key's line of places, and the
--- hand-off that gives the key to the first of them.
+-- line.lua (a part, after family.lua): a lock key's line of places, and
+-- the hand-off that gives the key to the first of them.
 --
 -- A place is the field of its token in the places hash, whose value is
 -- "deadline ttl fenced mode pub channel desc" (see scripts.go's table), and
--- its token in the line list, first in line first.
+-- its token in the line list, first in line first. The place of a set
+-- (ObtainMulti) is in the line of each of its keys, with its mode in
+-- capitals (SET_EXCLUSIVE, SET_SHARED): it is never handed a key, since it
+-- takes all its keys at once; when it is first in a line whose key fits it,
+-- it is asked to try (announced with the fence ASK), and its attempt takes
+-- every key when it is first in every line.
 
 local PLACE = "^(%d+) (%d+) ([01]) (%w+) ([" .. PUB .. SPUB .. "]) (%S+) (.*)$"
 local given = {} -- token -> the fence a hand-off of this run gave it (0: none)
 
--- how long until a holder that keeps mode from fitting K, which holds kind,
--- may end (ms): NO_EXPIRY when it has no expiry (a string this layout did
--- not write: it will not end by itself), ONLY_LINE when no holder is in the
--- way (only the line is)
-local function blockedFor(mode, kind)
+-- the mode a place of mode asks for, and whether it is a set's
+local function placeMode(mode)
+	if mode == SET_EXCLUSIVE or mode == SET_SHARED then
+		return string.lower(mode), true
+	end
+	return mode, false
+end
+
+-- how long until a holder that keeps mode from fitting k.K, which holds
+-- kind, may end (ms): NO_EXPIRY when it has no expiry (a string this layout
+-- did not write: it will not end by itself), ONLY_LINE when no holder is in
+-- the way (only the line is)
+local function blockedFor(k, mode, kind)
 	if kind == EXCLUSIVE or kind == FOREIGN then
-		return redis.call("PTTL", K)
+		return redis.call("PTTL", k.K)
 	elseif kind == "" or (mode == SHARED and kind == SHARED) then
 		return ONLY_LINE
 	end
-	local first = redis.call("ZRANGEBYSCORE", K, "(0", "+inf", "WITHSCORES", "LIMIT", 0, 1)
+	local first = redis.call("ZRANGEBYSCORE", k.K, "(0", "+inf", "WITHSCORES", "LIMIT", 0, 1)
 	if first[2] then
 		return math.max(tonumber(first[2]) - now, 0)
 	end
 	return ONLY_LINE
 end
 
--- the mode of the first live place in line, or nil
-local function lineMode()
-	for _, token in ipairs(redis.call("LRANGE", LINE, 0, -1)) do
+-- the mode of the first live place in k's line, or nil
+local function lineMode(k)
+	for _, token in ipairs(redis.call("LRANGE", k.LINE, 0, -1)) do
 		local deadline, mode
-		local value = redis.call("HGET", PLACES, token)
+		local value = redis.call("HGET", k.PLACES, token)
 		if value then
 			deadline, _, _, mode = string.match(value, PLACE)
 		end
 		if deadline and tonumber(deadline) >= now then
-			return mode
+			return (placeMode(mode))
 		end
 	end
 	return nil
 end
 
--- why a holder of mode can never take K, which holds kind: {WRONG_KIND,
--- what K holds} for another kind of lock or data, {OTHER_PERMITS, n} for a
--- semaphore of another n; nil when it can (once the holders in its way are
--- gone)
-local function mismatch(mode, kind)
+-- why a holder of mode can never take k.K, which holds kind: {WRONG_KIND,
+-- what it holds} for another kind of lock or data, {OTHER_PERMITS, n} for
+-- a semaphore of another n; nil when it can (once the holders in its way
+-- are gone)
+local function mismatch(k, mode, kind)
 	local have = kind
 	if kind == "" then
-		have = lineMode()
+		have = lineMode(k)
 		if not have then
 			return nil
 		end
@@ -67,75 +80,97 @@ local function mismatch(mode, kind)
 	return nil
 end
 
--- keeps a place in line for token for keep ms
-local function place(token, keep, ttl, fenced, mode, pub, channel, desc)
+-- keeps a place in k's line for token for keep ms
+local function place(k, token, keep, ttl, fenced, mode, pub, channel, desc)
 	local value = (now + keep) .. " " .. ttl .. " " .. fenced .. " " .. mode .. " " .. pub .. " " .. channel .. " " .. desc
-	if redis.call("HSET", PLACES, token, value) == 1 then
-		redis.call("RPUSH", LINE, token)
+	if redis.call("HSET", k.PLACES, token, value) == 1 then
+		redis.call("RPUSH", k.LINE, token)
 	end
-	lengthen(LINE, 2 * keep)
-	lengthen(PLACES, 2 * keep)
+	lengthen(k.LINE, 2 * keep)
+	lengthen(k.PLACES, 2 * keep)
 end
 
--- takes token's place out of line, if it has one
-local function withdraw(token)
-	if redis.call("HDEL", PLACES, token) == 1 then
-		redis.call("LREM", LINE, 1, token)
+-- takes token's place out of k's line, if it has one
+local function withdraw(k, token)
+	if redis.call("HDEL", k.PLACES, token) == 1 then
+		redis.call("LREM", k.LINE, 1, token)
 	end
 end
 
--- Hands K to the first place in line while it fits: one exclusive holder,
--- or shared holders up to the next exclusive one, or permits while some are
--- free. Each gets its lease, but not beyond its place's deadline. Lapsed
--- places (their waiter stopped renewing them) are dropped on the way, and
--- so is a place whose fence cannot be issued (told with fence -1). Each
--- hand-off is announced on the place's channel, "<fence> <lease> <token>
--- <key>", except those on the channel mine (when not nil): those are
--- returned instead, as a flat list token, fence, lease. The second result
--- is the number of hand-offs.
-local function handOff(mine)
+-- announces to a place, on its channel, "<fence> <lease> <token> <key>"
+local function announce(k, pub, channel, fence, ttl, token)
+	local cmd = "PUBLISH"
+	if pub == SPUB then
+		cmd = "SPUBLISH"
+	end
+	redis.call(cmd, channel, fence .. " " .. ttl .. " " .. token .. " " .. k.K)
+end
+
+-- Hands k.K to the first place in line while it fits: one exclusive
+-- holder, or shared holders up to the next exclusive one, or permits while
+-- some are free. Each gets its lease, but not beyond its place's deadline.
+-- Lapsed places (their waiter stopped renewing them) are dropped on the
+-- way, and so is a place whose fence cannot be issued (told with fence -1).
+-- A set's place stops the hand-offs; when k.K fits it, it is asked to try
+-- (fence ASK), unless it is self's (the caller's own). Each hand-off is
+-- announced on the place's channel, except those on the channel mine (when
+-- not nil): those are returned instead, as a flat list token, fence,
+-- lease. The second result is the number of hand-offs.
+local function handOff(k, mine, self)
 	local own, n = {}, 0
 	while true do
-		local token = redis.call("LINDEX", LINE, 0)
+		local token = redis.call("LINDEX", k.LINE, 0)
 		if not token then
 			return own, n
 		end
-		local value = redis.call("HGET", PLACES, token)
+		local value = redis.call("HGET", k.PLACES, token)
 		local deadline, ttl, fenced, mode, pub, channel, desc
 		if value then
 			deadline, ttl, fenced, mode, pub, channel, desc = string.match(value, PLACE)
 		end
 		local live = deadline and tonumber(deadline) >= now
-		if live and not fits(mode, kindOf()) then
+		local set
+		if live then
+			mode, set = placeMode(mode)
+		end
+		if live and set then
+			if token ~= self and fits(k, mode, kindOf(k)) then
+				if channel == mine then
+					table.insert(own, token)
+					table.insert(own, ASK)
+					table.insert(own, tonumber(ttl))
+				else
+					announce(k, pub, channel, ASK, ttl, token)
+				end
+			end
 			return own, n
 		end
-		redis.call("LPOP", LINE)
-		redis.call("HDEL", PLACES, token)
+		if live and not fits(k, mode, kindOf(k)) then
+			return own, n
+		end
+		redis.call("LPOP", k.LINE)
+		redis.call("HDEL", k.PLACES, token)
 		if live then
 			local fence = 0
 			if fenced == "1" then
-				fence = issueFence(FENCE) or -1
+				fence = issueFence(k.FENCE) or -1
 			end
 			if fence >= 0 then
 				local lease = math.min(tonumber(ttl), tonumber(deadline) - now + 1)
-				take(token, mode, lease, desc)
+				take(k, token, mode, lease, desc)
 				given[token] = fence
 				n = n + 1
 				if fence > 0 then -- for an attempt of token that crossed this hand-off
-					redis.call("HSET", PLACES, HANDED_FIELD .. token, fence)
-					lengthen(PLACES, lease)
+					redis.call("HSET", k.PLACES, HANDED_FIELD .. token, fence)
+					lengthen(k.PLACES, lease)
 				end
 			end
 			if fence >= 0 and channel == mine then
-				own[#own + 1] = token
-				own[#own + 1] = fence
-				own[#own + 1] = tonumber(ttl)
+				table.insert(own, token)
+				table.insert(own, fence)
+				table.insert(own, tonumber(ttl))
 			else
-				local cmd = "PUBLISH"
-				if pub == SPUB then
-					cmd = "SPUBLISH"
-				end
-				redis.call(cmd, channel, fence .. " " .. ttl .. " " .. token .. " " .. K)
+				announce(k, pub, channel, fence, ttl, token)
 			end
 		end
 	end

@@ -1,15 +1,23 @@
--- pttl: the lease left of an exclusive lock, if it is still held.
+-- pttl: the lease left of an exclusive lock, if it is still held (the
+-- shortest of its keys', for a set).
 -- parts: (none)
 --
--- KEYS[1] the lock key
+-- KEYS    the lock key (each key of a set)
 -- ARGV[1] token
--- returns {OK, ms} when the key holds the token: ms is its lease left
---         (>= 0); {NOT_OURS, 0} when it is absent or holds anything else.
+-- returns {OK, ms} when every key holds the token: ms is the shortest
+--         lease left (>= 0); {NOT_OURS, 0} when a key is absent or holds
+--         anything else.
 
-local key = KEYS[1]
 local token = ARGV[1]
 
-if redis.pcall("GET", key) == token then
-	return {OK, redis.call("PTTL", key)}
+local left
+for _, key in ipairs(KEYS) do
+	if redis.pcall("GET", key) ~= token then
+		return {NOT_OURS, 0}
+	end
+	local ms = redis.call("PTTL", key)
+	if not left or ms < left then
+		left = ms
+	end
 end
-return {NOT_OURS, 0}
+return {OK, left}

@@ -77,6 +77,67 @@ func TestDeploy_Cluster(t *testing.T) {
 	t.Run("ShardFailover/killed", func(t *testing.T) {
 		deployShardFailover(t, cluster, true)
 	})
+
+	// Sets (ObtainMulti) on a Cluster: see deploySets.
+	t.Run("Sets", func(t *testing.T) {
+		deploySets(t, cluster)
+	})
+}
+
+// deploySets specifies sets of keys on a 3-master Cluster. The keys of one
+// slot are taken by one script run, all at once. A set across slots (keys
+// on different masters) is taken slot by slot and held whole: each key
+// holds a token of the set, a competitor gets none of them, and Release
+// frees them all. A master killed under a kept set across slots ends the
+// set's kept context with ErrLockLost: the whole set is lost.
+func deploySets(t *testing.T, cluster *redistest.Cluster) {
+	ctx := ctxT(t, 60*time.Second)
+	rdb, other := cluster.Client(t), cluster.Client(t)
+	var acquires atomic.Int64 // that ran (not NOSCRIPT)
+	rdb.AddHook(hook{after: func(cmd redis.Cmder, err error) {
+		if isScript(cmd, acquireScript) && (err == nil || !strings.Contains(err.Error(), "NOSCRIPT")) {
+			acquires.Add(1)
+		}
+	}})
+	locker, competitor := redislock.New(rdb), redislock.New(other)
+
+	one := []string{"{cart}:1", "{cart}:2", "{cart}:3"}
+	lk, err := locker.ObtainMulti(ctx, one, 10*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), acquires.Load(), "one script for one slot's keys")
+	require.NoError(t, lk.Release(ctx))
+
+	across := []string{"a", "b", "c", "d", "e"}
+	masters := map[string]bool{}
+	for _, k := range across {
+		masters[cluster.MasterFor(t, k).Addr()] = true
+	}
+	require.Greater(t, len(masters), 1, "the keys are on several masters")
+	lk, err = locker.ObtainMulti(ctx, across, 2*time.Second)
+	require.NoError(t, err)
+	for _, k := range across {
+		assert.NotEmpty(t, other.Get(ctx, k).Val(), "%s held", k)
+		_, err := competitor.TryObtain(ctx, k, time.Second)
+		assert.ErrorIs(t, err, redislock.ErrNotObtained, k)
+	}
+	_, err = competitor.TryObtainMulti(ctx, across, time.Second)
+	assert.ErrorIs(t, err, redislock.ErrNotObtained)
+	require.NoError(t, lk.Release(ctx))
+	assert.Zero(t, other.Exists(ctx, across...).Val(), "Release freed every key")
+
+	lk, err = locker.ObtainMulti(ctx, across, 2*time.Second)
+	require.NoError(t, err)
+	kept := lk.KeepAlive(ctx)
+	killed := cluster.KillMaster(t, "c")
+	select {
+	case <-kept.Done():
+		assert.ErrorIs(t, context.Cause(kept), redislock.ErrLockLost)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the set outlived a killed master's key")
+	}
+	cluster.WaitFailover(t, killed)
+	_ = lk.Release(ctx)
+	require.NoError(t, locker.Shutdown(ctx))
 }
 
 // TestDeploy_Sentinel runs the core behaviours on a real primary and

@@ -1,0 +1,367 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seed5e0b76d9/redislock"
+)
+
+// A set is taken all or nothing: while another owner holds one of its
+// keys, TryObtainMulti fails with ErrNotObtained and takes none of the
+// others; ObtainMulti waits, then holds every key at once, with one token;
+// its Release frees them all and leaves nothing behind.
+func TestObtainMulti_AllOrNothing(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := ctxT(t, 10*time.Second)
+		rdb, _ := b.client(t)
+		keys := []string{"cart:a", "cart:b", "cart:c"}
+		other, err := redislock.New(rdb).Obtain(ctx, "cart:b", time.Minute)
+		require.NoError(t, err)
+		locker := redislock.New(rdb)
+		_, err = locker.TryObtainMulti(ctx, keys, time.Minute)
+		require.ErrorIs(t, err, redislock.ErrNotObtained)
+		assert.Zero(t, rdb.Exists(ctx, "cart:a", "cart:c").Val(), "a key of the set taken while another was held")
+
+		got := make(chan obtained, 1)
+		go func() {
+			lk, err := locker.ObtainMulti(ctx, keys, time.Minute)
+			got <- obtained{lk, err, time.Now()}
+		}()
+		waitQueued(t, rdb, "cart:a", 1)
+		assert.Zero(t, rdb.Exists(ctx, "cart:a", "cart:c").Val(), "a key of the set taken while it waits")
+		require.NoError(t, other.Release(ctx))
+		r := <-got
+		require.NoError(t, r.err)
+		assert.Equal(t, keys, r.lock.Keys())
+		assert.Equal(t, "cart:a", r.lock.Key())
+		for _, k := range keys {
+			assert.Equal(t, r.lock.Token(), rdb.Get(ctx, k).Val(), k)
+		}
+		require.NoError(t, r.lock.Release(ctx))
+		requireOnlyMarks(t, rdb)
+	})
+}
+
+// Bad input gets a typed error, with nothing sent: no keys, a key given
+// twice, more than MaxKeys keys, an invalid key, WithPermits, WithTTL on
+// ObtainMulti, and a set on a quorum Locker.
+func TestObtainMulti_BadInput(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, n := b.client(t)
+	locker := redislock.New(rdb)
+	quorum := redislock.NewQuorum([]redis.UniversalClient{rdb})
+	many := make([]string, redislock.MaxKeys+1)
+	for i := range many {
+		many[i] = "k" + strconv.Itoa(i)
+	}
+	for _, c := range []struct {
+		name string
+		l    *redislock.Locker
+		keys []string
+		opts []redislock.Option
+		want error
+	}{
+		{"no keys", locker, nil, nil, redislock.ErrInvalidKey},
+		{"empty keys", locker, []string{}, nil, redislock.ErrInvalidKey},
+		{"a key twice", locker, []string{"a", "b", "a"}, nil, redislock.ErrInvalidKey},
+		{"too many keys", locker, many, nil, redislock.ErrInvalidKey},
+		{"an empty key", locker, []string{"a", ""}, nil, redislock.ErrInvalidKey},
+		{"a side key's name", locker, []string{"a", "{a}:rl1:line:a"}, nil, redislock.ErrInvalidKey},
+		{"permits", locker, []string{"a", "b"}, []redislock.Option{redislock.WithPermits(2)}, redislock.ErrInvalidOption},
+		{"WithTTL", locker, []string{"a", "b"}, []redislock.Option{redislock.WithTTL(time.Second)}, redislock.ErrInvalidOption},
+		{"a quorum", quorum, []string{"a", "b"}, nil, redislock.ErrInvalidOption},
+	} {
+		before := n.Load()
+		_, err := c.l.ObtainMulti(ctx, c.keys, time.Minute, c.opts...)
+		assert.ErrorIs(t, err, c.want, c.name)
+		_, err = c.l.TryObtainMulti(ctx, c.keys, time.Minute, c.opts...)
+		assert.ErrorIs(t, err, c.want, c.name)
+		assert.Equal(t, before, n.Load(), "%s: commands sent", c.name)
+	}
+	assert.Len(t, many[:redislock.MaxKeys], 64, "MaxKeys as documented")
+	_, err := locker.ObtainMulti(ctx, many[:redislock.MaxKeys], time.Minute)
+	assert.NoError(t, err, "MaxKeys keys")
+}
+
+// A set waits in the line of each of its keys, in its turn: one-key callers
+// that keep taking one of its keys do not starve it; once its place is
+// first in line, it takes the keys as soon as they are free.
+func TestObtainMulti_NotStarvedByOneKeyCallers(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 20*time.Second)
+	rdb, _ := b.client(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := redislock.New(b.mustClient(t))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				lk, err := l.Obtain(ctx, "hot", time.Second)
+				if assert.NoError(t, err) {
+					time.Sleep(2 * time.Millisecond)
+					_ = lk.Release(ctx)
+				}
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	lk, err := redislock.New(rdb).ObtainMulti(ctx, []string{"hot", "cold"}, time.Second, redislock.WithWait(5*time.Second))
+	waited := time.Since(start)
+	if assert.NoError(t, err) {
+		assert.NoError(t, lk.Release(ctx))
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("the set got its keys after %v", waited)
+	assert.Less(t, waited, 2*time.Second)
+}
+
+// Dining philosophers in one process: 5 keys in a ring, 5 Lockers each
+// taking its two neighbours' keys as a set, and 5 one-key callers, some
+// giving up mid-wait: no key is ever held by two at once, and every
+// philosopher eats (no deadlock, no starvation).
+func TestObtainMulti_DiningPhilosophers(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	const n, run = 5, 2 * time.Second
+	key := func(i int) string { return "fork:" + strconv.Itoa(i%n) }
+	var holders [n]atomic.Int32
+	eat := func(keys []string) {
+		for _, k := range keys {
+			i, _ := strconv.Atoi(strings.TrimPrefix(k, "fork:"))
+			if holders[i].Add(1) != 1 {
+				t.Errorf("%s held twice", k)
+			}
+		}
+		time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+		for _, k := range keys {
+			i, _ := strconv.Atoi(strings.TrimPrefix(k, "fork:"))
+			holders[i].Add(-1)
+		}
+	}
+	var meals [2 * n]atomic.Int32
+	var wg sync.WaitGroup
+	end := time.Now().Add(run)
+	for p := range 2 * n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := redislock.New(b.mustClient(t))
+			for time.Now().Before(end) {
+				c, cancel := context.WithTimeout(ctx, time.Duration(50+rand.IntN(1000))*time.Millisecond)
+				var keys []string
+				var lk *redislock.Lock
+				var err error
+				if p < n {
+					keys = []string{key(p), key(p + 1)}
+					lk, err = l.ObtainMulti(c, keys, time.Second)
+				} else {
+					keys = []string{key(p)}
+					lk, err = l.Obtain(c, keys[0], time.Second)
+				}
+				cancel()
+				if errors.Is(err, redislock.ErrNotObtained) {
+					continue // gave up mid-wait
+				}
+				if !assert.NoError(t, err) {
+					return
+				}
+				eat(keys)
+				meals[p].Add(1)
+				assert.NoError(t, lk.Release(ctx))
+			}
+		}()
+	}
+	wg.Wait()
+	var counts []int32
+	for p := range meals {
+		counts = append(counts, meals[p].Load())
+		assert.Positive(t, meals[p].Load(), "caller %d never ate", p)
+	}
+	t.Logf("meals: %v (sets first, then one-key callers)", counts)
+}
+
+// Fencing applies to every key of a set: each gets a fence of its own,
+// larger than the fence of every earlier holder of that key.
+func TestObtainMulti_FencePerKey(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb, redislock.WithFencing())
+	one, err := locker.Obtain(ctx, "acct:1", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, one.Release(ctx))
+	lk, err := locker.ObtainMulti(ctx, []string{"acct:1", "acct:2"}, time.Minute)
+	require.NoError(t, err)
+	fences := lk.Fences()
+	require.Len(t, fences, 2)
+	assert.Greater(t, fences[0], one.Fence(), "acct:1's fence grows")
+	assert.Positive(t, fences[1])
+	assert.Equal(t, fences[0], lk.Fence())
+	require.NoError(t, lk.Release(ctx))
+	next, err := locker.Obtain(ctx, "acct:2", time.Minute)
+	require.NoError(t, err)
+	assert.Greater(t, next.Fence(), fences[1], "acct:2's next holder")
+	require.NoError(t, next.Release(ctx))
+}
+
+// Readers take a set as readers (WithShared): two reader sets hold
+// overlapping keys at once; a writer set waits for both, and readers that
+// come after the writer wait behind it.
+func TestObtainMulti_Shared(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	l1, l2 := redislock.New(rdb), redislock.New(b.mustClient(t))
+	r1, err := l1.ObtainMulti(ctx, []string{"x", "y"}, time.Minute, redislock.WithShared())
+	require.NoError(t, err)
+	r2, err := l2.ObtainMulti(ctx, []string{"y", "z"}, time.Minute, redislock.WithShared())
+	require.NoError(t, err)
+	_, err = redislock.New(b.mustClient(t)).TryObtainMulti(ctx, []string{"x", "z"}, time.Minute)
+	require.ErrorIs(t, err, redislock.ErrNotObtained, "a writer while readers hold")
+	w := make(chan obtained, 1)
+	go func() {
+		lk, err := redislock.New(b.mustClient(t)).ObtainMulti(ctx, []string{"x", "z"}, time.Minute)
+		w <- obtained{lk, err, time.Now()}
+	}()
+	waitQueued(t, rdb, "x", 1)
+	require.NoError(t, r1.Release(ctx))
+	require.NoError(t, r2.Release(ctx))
+	got := <-w
+	require.NoError(t, got.err)
+	require.NoError(t, got.lock.Release(ctx))
+}
+
+// Losing any key is losing the lock: a key of a kept set deleted under its
+// holder ends the kept context with ErrLockLost, and Release then returns
+// ErrNotHeld naming the key that was lost (the others are released).
+func TestObtainMulti_LostKeyIsLostLock(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	lk, err := redislock.New(rdb).ObtainMulti(ctx, []string{"s:1", "s:2", "s:3"}, 300*time.Millisecond)
+	require.NoError(t, err)
+	kept := lk.KeepAlive(ctx)
+	require.NoError(t, rdb.Del(ctx, "s:2").Err())
+	select {
+	case <-kept.Done():
+		assert.ErrorIs(t, context.Cause(kept), redislock.ErrLockLost)
+	case <-time.After(2 * time.Second):
+		t.Fatal("the kept context outlived a lost key")
+	}
+	assert.False(t, time.Now().Before(lk.Until()), "Until after the loss")
+
+	lk, err = redislock.New(rdb).ObtainMulti(ctx, []string{"t:1", "t:2"}, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, rdb.Del(ctx, "t:2").Err())
+	err = lk.Release(ctx)
+	require.ErrorIs(t, err, redislock.ErrNotHeld)
+	assert.Contains(t, err.Error(), `"t:2"`)
+	assert.NotContains(t, err.Error(), `"t:1"`)
+	assert.Zero(t, rdb.Exists(ctx, "t:1").Val(), "the key still held was released")
+}
+
+// Reentrancy: a nested one-key call on a key of a held set joins the set,
+// sending nothing; a nested set of keys all held joins it too; a nested
+// set of which only some keys are held fails at once (it would wait for
+// itself).
+func TestObtainMulti_NestedCallsJoin(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, n := b.client(t)
+	locker := redislock.New(rdb, redislock.WithFencing())
+	lk, err := locker.ObtainMulti(ctx, []string{"a", "b", "c"}, time.Minute)
+	require.NoError(t, err)
+	held := lk.Context(ctx)
+	before := n.Load()
+	one, err := locker.Obtain(held, "b", time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, lk.Token(), one.Token())
+	assert.Equal(t, lk.Fences()[1], one.Fence(), "the joined key's fence")
+	two, err := locker.TryObtainMulti(held, []string{"c", "a"}, time.Minute)
+	require.NoError(t, err)
+	assert.Equal(t, lk.Token(), two.Token())
+	assert.Equal(t, before, n.Load(), "joining sends nothing")
+	_, err = locker.ObtainMulti(held, []string{"a", "d"}, time.Minute)
+	assert.ErrorIs(t, err, redislock.ErrInvalidOption)
+	require.NoError(t, one.Release(ctx))
+	require.NoError(t, two.Release(ctx))
+	assert.Equal(t, int64(3), rdb.Exists(ctx, "a", "b", "c").Val(), "held while a handle is")
+	require.NoError(t, lk.Release(ctx))
+	assert.Zero(t, rdb.Exists(ctx, "a", "b", "c").Val(), "released with the last handle")
+}
+
+// In WithLock's fn (and WithLockMulti's), FromContext gives the lock with
+// no round trip: its fence (for SetFenced), token and Until.
+func TestFromContext_InWithLock(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, n := b.client(t)
+	locker := redislock.New(rdb, redislock.WithFencing())
+	assert.Nil(t, redislock.FromContext(ctx))
+	require.NoError(t, locker.WithLock(ctx, "job", func(ctx context.Context) error {
+		before := n.Load()
+		lk := redislock.FromContext(ctx)
+		require.NotNil(t, lk)
+		assert.Equal(t, "job", lk.Key())
+		assert.Positive(t, lk.Fence())
+		assert.True(t, time.Now().Before(lk.Until()))
+		assert.Equal(t, lk.Token(), rdb.Get(ctx, "job").Val())
+		assert.Equal(t, before+1, n.Load(), "only the GET above")
+		return redislock.SetFenced(ctx, rdb, "resource", "v", lk.Fence())
+	}))
+	require.NoError(t, locker.WithLockMulti(ctx, []string{"p", "q"}, func(ctx context.Context) error {
+		lk := redislock.FromContext(ctx)
+		require.NotNil(t, lk)
+		assert.Equal(t, []string{"p", "q"}, lk.Keys())
+		assert.Len(t, lk.Fences(), 2)
+		return nil
+	}))
+}
+
+// All or nothing under a fault: the reply to a set's acquisition is lost
+// (the connection dies after Redis ran it): the call fails, or succeeds
+// whole; if it failed, nothing is held afterwards.
+func TestObtainMulti_LostReplyLeavesNothing(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	loadScripts(t, rdb)
+	dc := &deadConns{}
+	c, _ := b.client(t, func(o *redis.Options) { o.Dialer, o.MaxRetries, o.ReadTimeout = dc.dial, -1, 200*time.Millisecond })
+	locker := redislock.New(c)
+	for i := range 5 {
+		keys := []string{fmt.Sprintf("f%d:a", i), fmt.Sprintf("f%d:b", i)}
+		dc.killNext(sentScript(acquireScript, ""))
+		lk, err := locker.TryObtainMulti(ctx, keys, time.Minute)
+		if err == nil {
+			assert.Equal(t, int64(2), rdb.Exists(ctx, keys...).Val(), "a set held in part")
+			require.NoError(t, lk.Release(ctx))
+			continue
+		}
+		require.NoError(t, locker.Shutdown(ctx))
+		assert.Zero(t, rdb.Exists(ctx, keys...).Val(), "a failed set left keys: %v", err)
+	}
+}
