@@ -18,13 +18,13 @@ import (
 // acquire commands it sent.
 func (d deployment) acquire(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, int, error) {
 	l := d.l
-	if o.wait == 0 {
-		return l.try(ctx, key, ttl, o)
-	}
 	if o.set != nil && l.sharded {
 		if groups := slotGroups(o.set); len(groups) > 1 {
 			return l.obtainAcross(ctx, ttl, o, groups)
 		}
+	}
+	if o.wait == 0 {
+		return l.try(ctx, key, ttl, o)
 	}
 	if !o.plain() || l.lines.busy(key) {
 		return l.queue(ctx, key, ttl, o, nil)
