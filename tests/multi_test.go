@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,8 +186,8 @@ func TestObtainMulti_DiningPhilosophers(t *testing.T) {
 					lk, err = l.Obtain(c, keys[0], time.Second)
 				}
 				cancel()
-				if errors.Is(err, redislock.ErrNotObtained) {
-					continue // gave up mid-wait
+				if errors.Is(err, context.DeadlineExceeded) {
+					continue // gave up mid-wait (ErrNotObtained; or a reply later than the deadline)
 				}
 				if !assert.NoError(t, err) {
 					return
@@ -363,5 +367,176 @@ func TestObtainMulti_LostReplyLeavesNothing(t *testing.T) {
 		}
 		require.NoError(t, locker.Shutdown(ctx))
 		assert.Zero(t, rdb.Exists(ctx, keys...).Val(), "a failed set left keys: %v", err)
+	}
+}
+
+// The children of TestObtainMulti_DiningPhilosophersProcesses are told what
+// to do through these environment variables.
+const (
+	dpChildEnv = "REDISLOCK_DP_CHILD" // the child's seat; set only in children
+	dpAddrEnv  = "REDISLOCK_DP_ADDR"  // Redis address
+	dpOutEnv   = "REDISLOCK_DP_OUT"   // file to write the meals to
+	dpUntilEnv = "REDISLOCK_DP_UNTIL" // stop at this wall-clock time (Unix ns)
+)
+
+// Dining philosophers across processes: 5 forks (keys) in a ring, 5
+// processes, each taking its two neighbours' forks as a set (ObtainMulti),
+// and in each process a one-key caller of its left fork; half of the calls
+// give up mid-wait (a deadline of 10-200 ms). Every meal is recorded as a
+// [start, end] interval per fork (wall-clock, one machine): no fork is ever
+// held by two at once, and every process's philosopher eats (no deadlock,
+// no starvation). 3 s; 20 s with -args -stress.
+func TestObtainMulti_DiningPhilosophersProcesses(t *testing.T) {
+	if os.Getenv(dpChildEnv) != "" {
+		dpChild(t)
+		return
+	}
+	b := realBackend(t)
+	run := 3 * time.Second
+	if *stress {
+		run = 20 * time.Second
+	}
+	dir := t.TempDir()
+	until := time.Now().Add(run + time.Second) // a second for the children to start
+	ctx, cancel := context.WithTimeout(context.Background(), run+time.Minute)
+	defer cancel()
+	var cmds []*exec.Cmd
+	var outs []*strings.Builder
+	for seat := range 5 {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.timeout=0")
+		cmd.Env = append(os.Environ(), dpChildEnv+"="+strconv.Itoa(seat), dpAddrEnv+"="+b.addr,
+			dpOutEnv+"="+filepath.Join(dir, strconv.Itoa(seat)), dpUntilEnv+"="+strconv.FormatInt(until.UnixNano(), 10))
+		out := &strings.Builder{}
+		cmd.Stdout, cmd.Stderr = out, out
+		require.NoError(t, cmd.Start())
+		cmds, outs = append(cmds, cmd), append(outs, out)
+	}
+	type meal struct {
+		fork       int
+		start, end int64
+		set        bool
+	}
+	var meals []meal
+	for seat, cmd := range cmds {
+		require.NoError(t, cmd.Wait(), "seat %d:\n%s", seat, outs[seat])
+		data, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(seat)))
+		require.NoError(t, err)
+		sets, singles := 0, 0
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			var m meal
+			var kind string
+			_, err := fmt.Sscan(line, &kind, &m.fork, &m.start, &m.end)
+			require.NoError(t, err, line)
+			m.set = kind == "set"
+			if m.set {
+				sets++
+			} else {
+				singles++
+			}
+			meals = append(meals, m)
+		}
+		t.Logf("seat %d: %d meals as a set (two forks each), %d as one key", seat, sets/2, singles)
+		assert.Positive(t, sets, "seat %d's philosopher never ate", seat)
+	}
+	for fork := range 5 {
+		var on []meal
+		for _, m := range meals {
+			if m.fork == fork {
+				on = append(on, m)
+			}
+		}
+		slices.SortFunc(on, func(a, b meal) int { return cmpInt64(a.start, b.start) })
+		for i := 1; i < len(on); i++ {
+			assert.GreaterOrEqual(t, on[i].start, on[i-1].end, "fork %d held twice at once", fork)
+		}
+	}
+}
+
+// dpChild is one process of TestObtainMulti_DiningPhilosophersProcesses:
+// its seat's philosopher (a set of two forks) and a one-key caller of its
+// left fork, until the time given.
+func dpChild(t *testing.T) {
+	seat, err := strconv.Atoi(os.Getenv(dpChildEnv))
+	require.NoError(t, err)
+	stop, err := strconv.ParseInt(os.Getenv(dpUntilEnv), 10, 64)
+	require.NoError(t, err)
+	out, err := os.Create(os.Getenv(dpOutEnv))
+	require.NoError(t, err)
+	defer out.Close()
+	var mu sync.Mutex
+	record := func(kind string, forks []int, start time.Time) {
+		end := time.Now().UnixNano()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, f := range forks {
+			fmt.Fprintln(out, kind, f, start.UnixNano(), end)
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(dpAddrEnv)})
+	defer rdb.Close()
+	locker := redislock.New(rdb)
+	fork := func(i int) string { return "fork:" + strconv.Itoa(i%5) }
+	var wg sync.WaitGroup
+	for _, set := range []bool{true, false} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().UnixNano() < stop {
+				wait := time.Second
+				if rand.IntN(2) == 0 {
+					wait = time.Duration(10+rand.IntN(190)) * time.Millisecond // gives up mid-wait, often
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), wait)
+				var lk *redislock.Lock
+				var err error
+				forks := []int{seat % 5, (seat + 1) % 5}
+				if set {
+					lk, err = locker.ObtainMulti(ctx, []string{fork(forks[0]), fork(forks[1])}, 5*time.Second)
+				} else {
+					forks = forks[:1]
+					lk, err = locker.Obtain(ctx, fork(forks[0]), 5*time.Second)
+				}
+				cancel()
+				if errors.Is(err, context.DeadlineExceeded) {
+					continue // gave up (ErrNotObtained; or, on a busy machine, a reply later than its deadline)
+				}
+				if !assert.NoError(t, err) {
+					return
+				}
+				start := time.Now()
+				time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+				kind := "one"
+				if set {
+					kind = "set"
+				}
+				record(kind, forks, start)
+				assert.NoError(t, lk.Release(context.Background()))
+			}
+		}()
+	}
+	wg.Wait()
+	assert.NoError(t, locker.Shutdown(context.Background()))
+}
+
+// All or nothing under a frozen Redis: a set's acquisition whose deadline
+// passes while Redis is frozen (its script may run when Redis thaws) fails,
+// and once Redis thaws and the Locker's background work is done, none of
+// its keys is held and no place is left in any line.
+func TestObtainMulti_FrozenRedisLeavesNothing(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	rdb, _ := b.client(t)
+	locker := redislock.New(b.mustClient(t))
+	keys := []string{"frozen:a", "frozen:b", "frozen:c"}
+	b.srv.Freeze(t)
+	c, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := locker.ObtainMulti(c, keys, time.Minute)
+	cancel()
+	b.srv.Thaw(t)
+	require.Error(t, err)
+	require.NoError(t, locker.Shutdown(ctx))
+	assert.Zero(t, rdb.Exists(ctx, keys...).Val(), "a key of the failed set is held")
+	for _, k := range keys {
+		assert.Empty(t, queued(t, rdb, k), "a place left in %s's line", k)
 	}
 }
