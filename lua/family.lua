@@ -21,6 +21,13 @@ local clock = redis.call("TIME")
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000) -- ms, Redis's clock
 local SHARED_MARK, PERMITS_MARK = LAYOUT .. ":shared", LAYOUT .. ":permits:"
 
+-- appends the values to the list t (values that are not nil)
+local function append(t, ...)
+	for _, v in ipairs({...}) do
+		t[#t + 1] = v
+	end
+end
+
 -- sets the expiry of key name to ms from now, unless it ends later already
 local function lengthen(name, ms)
 	local left = redis.call("PTTL", name)

@@ -136,9 +136,7 @@ local function handOff(k, mine, self)
 		if live and set then
 			if token ~= self and fits(k, mode, kindOf(k)) then
 				if channel == mine then
-					table.insert(own, token)
-					table.insert(own, ASK)
-					table.insert(own, tonumber(ttl))
+					append(own, token, ASK, tonumber(ttl))
 				else
 					announce(k, pub, channel, ASK, ttl, token)
 				end
@@ -166,9 +164,7 @@ local function handOff(k, mine, self)
 				end
 			end
 			if fence >= 0 and channel == mine then
-				table.insert(own, token)
-				table.insert(own, fence)
-				table.insert(own, tonumber(ttl))
+				append(own, token, fence, tonumber(ttl))
 			else
 				announce(k, pub, channel, fence, ttl, token)
 			end

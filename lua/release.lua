@@ -35,10 +35,7 @@ for i, k in ipairs(locks) do
 	local handed, m = handOff(k, mine, nil)
 	n = n + m
 	for j = 1, #handed, 3 do
-		table.insert(own, i)
-		table.insert(own, handed[j])
-		table.insert(own, handed[j + 1])
-		table.insert(own, handed[j + 2])
+		append(own, i, handed[j], handed[j + 1], handed[j + 2])
 	end
 end
 if spendFor > 0 then
