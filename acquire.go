@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -70,7 +71,7 @@ func (l *Locker) try(ctx context.Context, key string, ttl time.Duration, o *opti
 		n = 2
 	}
 	if err == nil && lk == nil {
-		err = notObtained(key, nil, res.pttl)
+		err = notObtained(quoteKeys(key, o.set), nil, res.pttl)
 	}
 	return lk, n, err
 }
@@ -202,7 +203,7 @@ func (l *Locker) queue(ctx context.Context, key string, ttl time.Duration, o *op
 			if last != nil {
 				return nil, attempts, waitFailed(key, ctx.Err(), last)
 			}
-			return nil, attempts, notObtained(key, ctx.Err(), blocked)
+			return nil, attempts, notObtained(quoteKeys(key, o.set), ctx.Err(), blocked)
 		}
 	}
 }
@@ -333,18 +334,35 @@ func (l *Locker) releaseLater(lk *Lock) <-chan struct{} {
 }
 
 // notObtained is the error of an acquisition that found the key held by
-// another owner; cause is the ctx error that ended the wait, or nil;
-// blocked is the holder's lease left, as the latest reply said (see
-// blockedFor in line.lua, and leaseNoExpiry).
-func notObtained(key string, cause error, blocked time.Duration) error {
+// another owner; what is the key, quoted (see quoteKeys); cause is the ctx
+// error that ended the wait, or nil; blocked is the holder's lease left, as
+// the latest reply said (see blockedFor in line.lua, and leaseNoExpiry).
+func notObtained(what string, cause error, blocked time.Duration) error {
 	owner := "another owner"
 	if blocked == leaseNoExpiry*time.Millisecond {
 		owner = "another owner without an expiry: it will not be released by itself (see Locker.Inspect)"
 	}
 	if cause == nil {
-		return fmt.Errorf("%w: %s is held by %s", ErrNotObtained, quoteKey(key), owner)
+		return fmt.Errorf("%w: %s is held by %s", ErrNotObtained, what, owner)
 	}
-	return fmt.Errorf("%w: %s is held by %s: %w", ErrNotObtained, quoteKey(key), owner, cause)
+	return fmt.Errorf("%w: %s is held by %s: %w", ErrNotObtained, what, owner, cause)
+}
+
+// quoteKeys quotes key for an error text, or a set's keys (key the first).
+func quoteKeys(key string, set []string) string {
+	if set == nil {
+		return quoteKey(key)
+	}
+	return "one of the keys " + quoteAll(set)
+}
+
+// quoteAll quotes keys for an error text.
+func quoteAll(keys []string) string {
+	quoted := make([]string, len(keys))
+	for i, k := range keys {
+		quoted[i] = quoteKey(k)
+	}
+	return strings.Join(quoted, ", ")
 }
 
 // withdrawWait bounds how long a failing Obtain waits for the withdrawal

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -340,11 +339,7 @@ func (lk *Lock) notHeld(lost []string) error {
 	lk.mu.Unlock()
 	switch {
 	case lk.set != nil:
-		quoted := make([]string, len(lost))
-		for i, key := range lost {
-			quoted[i] = quoteKey(key)
-		}
-		return fmt.Errorf("%w: %s of the set were not held by it any more (the others were released)", ErrNotHeld, strings.Join(quoted, ", "))
+		return fmt.Errorf("%w: %s: not held by this lock any more (the set's other keys were released)", ErrNotHeld, quoteAll(lost))
 	case unsure:
 		return fmt.Errorf("%w: %s: an earlier run of this release may have released it (its reply was lost) before the lease ran out, or the lease ran out first", ErrNotHeld, quoteKey(lk.key))
 	}

@@ -376,13 +376,13 @@ func (q *quorum) acquire(ctx context.Context, key string, ttl time.Duration, o *
 			return nil, attempts, failed("acquire", key, last)
 		}
 		if o.wait == 0 {
-			return nil, attempts, notObtained(key, nil, leaseUnknown*time.Millisecond)
+			return nil, attempts, notObtained(quoteKey(key), nil, leaseUnknown*time.Millisecond)
 		}
 		if sleep(ctx, nil, backoff) != nil || ctx.Err() != nil {
 			if last != nil {
 				return nil, attempts, waitFailed(key, ctx.Err(), last)
 			}
-			return nil, attempts, notObtained(key, ctx.Err(), leaseUnknown*time.Millisecond)
+			return nil, attempts, notObtained(quoteKey(key), ctx.Err(), leaseUnknown*time.Millisecond)
 		}
 		backoff = nextBackoff(backoff, o.minBackoff, o.maxBackoff)
 	}
