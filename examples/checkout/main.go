@@ -219,6 +219,7 @@ func runCheckouts(ctx context.Context, rdb redis.UniversalClient, cfg config) (r
 	// backoff (8ms to 256ms) would.
 	locker := redislock.New(rdb, redislock.WithTTL(5*time.Second),
 		redislock.WithBackoff(time.Millisecond, 16*time.Millisecond))
+	defer locker.Shutdown(context.WithoutCancel(ctx)) // its clean-up reaches Redis before the keys go
 	var paid, refused, stuck atomic.Int64
 	buy := func(ctx context.Context, cart []string) error {
 		var locks []string
