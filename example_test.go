@@ -287,6 +287,61 @@ func ExampleLocker_Obtain_tokenRefresh() {
 	// Output: refreshed 1 time(s)
 }
 
+// ObtainMulti holds several keys as one lock, all of them or none: here a
+// transfer, which checks one balance and changes two. Transfers the other
+// way take the same keys in the other order, at the same time, and neither
+// deadlocks nor overdraws (see docs/lock-family.md, "Sets of keys").
+func ExampleLocker_ObtainMulti() {
+	rdb, done := exampleClient()
+	defer done()
+	locker := redislock.New(rdb)
+	ctx := context.Background()
+	defer locker.Shutdown(ctx) // before the client closes: ends its subscription
+	rdb.Set(ctx, "balance:alice", 100, 0)
+	rdb.Set(ctx, "balance:bob", 30, 0)
+
+	transfer := func(from, to string, amount int64) error {
+		lock, err := locker.ObtainMulti(ctx, []string{"account:" + from, "account:" + to}, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		defer lock.Release(ctx)
+		balance, err := rdb.Get(ctx, "balance:"+from).Int64()
+		if err != nil {
+			return err
+		}
+		if balance < amount { // no other transfer of these accounts runs until Release
+			return fmt.Errorf("%s has %d, not %d", from, balance, amount)
+		}
+		_, err = rdb.TxPipelined(ctx, func(tx redis.Pipeliner) error {
+			tx.DecrBy(ctx, "balance:"+from, amount)
+			tx.IncrBy(ctx, "balance:"+to, amount)
+			return nil
+		})
+		return err
+	}
+
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if i%2 == 0 {
+				err = transfer("alice", "bob", 10) // locks account:alice, account:bob
+			} else {
+				err = transfer("bob", "alice", 5) // locks account:bob, account:alice
+			}
+			if err != nil {
+				panic(err)
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Println("alice:", rdb.Get(ctx, "balance:alice").Val(), "bob:", rdb.Get(ctx, "balance:bob").Val())
+	// Output: alice: 75 bob: 55
+}
+
 // A function that takes a lock can call another that takes the same lock:
 // with the context WithLock gave it, the inner WithLock joins the outer one
 // instead of waiting for it (forever) to end.
@@ -311,6 +366,53 @@ func ExampleLock_Context() {
 	// checking, under the lock
 	// saving, under the lock
 	// done: <nil>
+}
+
+// In the fn of WithLock or WithLockMulti, FromContext returns the lock fn
+// runs under, with no round trip and no *Lock passed down: here its
+// fences, one per key, with which SetFenced writes each item's count. A
+// holder whose lease ran out while it was paused has lower fences than the
+// holders after it, and its writes are refused (see Lock.Fence).
+func ExampleFromContext() {
+	rdb, done := exampleClient()
+	defer done()
+	locker := redislock.New(rdb, redislock.WithFencing())
+	ctx := context.Background()
+
+	// save writes the counts of the keys of the lock that ctx carries.
+	save := func(ctx context.Context, counts ...string) error {
+		lock := redislock.FromContext(ctx)
+		if lock == nil {
+			return errors.New("save: not under the lock")
+		}
+		for i, key := range lock.Keys() {
+			if err := redislock.SetFenced(ctx, rdb, key+":count", counts[i], lock.Fences()[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	cart := []string{"stock:apple", "stock:pear"}
+	for _, counts := range [][]string{{"9", "4"}, {"8", "3"}} {
+		err := locker.WithLockMulti(ctx, cart, func(ctx context.Context) error {
+			fmt.Println("fences:", redislock.FromContext(ctx).Fences())
+			return save(ctx, counts...)
+		})
+		if err != nil {
+			panic(err)
+		}
+	}
+	fmt.Println("apple:", rdb.HGet(ctx, "stock:apple:count", "value").Val(), "pear:", rdb.HGet(ctx, "stock:pear:count", "value").Val())
+
+	err := redislock.SetFenced(ctx, rdb, "stock:apple:count", "100", 1) // the first holder's fence
+	fmt.Println("a stale holder's write refused:", errors.Is(err, redislock.ErrFenceRejected))
+	fmt.Println("outside the lock:", save(ctx, "0", "0"))
+	// Output:
+	// fences: [1 1]
+	// fences: [2 2]
+	// apple: 8 pear: 3
+	// a stale holder's write refused: true
+	// outside the lock: save: not under the lock
 }
 
 // A read-write lock: readers share the key, a writer holds it alone.

@@ -27,7 +27,7 @@
 //	(cd examples && go run ./oversell -redis 'redis+sentinel://127.0.0.1:26379?master_name=mymaster')
 //	(cd examples && go run ./oversell -redis redis+cluster://127.0.0.1:7000)
 //
-// -redis defaults to $REDIS_URL (see newClient for the URL forms). Other
+// -redis defaults to $REDIS_URL (see demoredis.NewClient for the URL forms). Other
 // flags: -workers, -stock, -orders (per worker) and -work (the time between
 // reading and writing the stock). The keys carry a random prefix, so runs
 // sharing a Redis do not collide, and are deleted at the end. The exit code is 1 if the locked run oversold.
@@ -48,10 +48,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed5e0b76d9/redislock"
+	"github.com/seed5e0b76d9/redislock/examples/internal/demoredis"
 )
 
 // config describes one run of the sale.
@@ -98,27 +98,11 @@ func sale(ctx context.Context, url string, cfg config) error {
 		return fmt.Errorf("want workers >= 1, stock >= 1 and demand above supply (workers*orders > stock), got %d workers * %d orders vs %d units",
 			cfg.Workers, cfg.Orders, cfg.Stock)
 	}
-	var mr *miniredis.Miniredis
-	if url == "" {
-		var err error
-		if mr, err = miniredis.Run(); err != nil {
-			return err
-		}
-		defer mr.Close()
-		url = "redis://" + mr.Addr()
-		fmt.Println("redis: embedded miniredis (use -redis redis://127.0.0.1:6379 for a real one)")
-	}
-	rdb, err := newClient(url)
+	rdb, closeRedis, err := demoredis.Open(ctx, url)
 	if err != nil {
-		return fmt.Errorf("redis %s: %w", redacted(url), err)
+		return err
 	}
-	defer rdb.Close()
-	if mr == nil {
-		fmt.Println("redis:", redacted(url))
-	}
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis %s: %w", redacted(url), err)
-	}
+	defer closeRedis()
 
 	prefix := "oversell:" + rand.Text()[:10] + ":" // unique per process
 	runs := []struct {
