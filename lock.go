@@ -150,19 +150,30 @@ func (lk *Lock) endNow() {
 	}
 }
 
-// fenceOf returns the fence lk took for key, one of its keys.
-func (lk *Lock) fenceOf(key string) int64 {
+// FenceOf returns the fencing token of key, one of Keys (see Fence): for a
+// set of keys (ObtainMulti), that key's own; 0 for a key the lock does not
+// hold, or without WithFencing.
+func (lk *Lock) FenceOf(key string) int64 {
+	if lk == nil {
+		return 0
+	}
+	if lk.set == nil {
+		if key != lk.key {
+			return 0
+		}
+		return lk.fence
+	}
 	if i := slices.Index(lk.set, key); i >= 0 {
 		return lk.fences[i]
 	}
-	return lk.fence
+	return 0
 }
 
 // fencesOf returns the fences lk took for keys (nil for nil keys).
 func (lk *Lock) fencesOf(keys []string) []int64 {
 	var fences []int64
 	for _, key := range keys {
-		fences = append(fences, lk.fenceOf(key))
+		fences = append(fences, lk.FenceOf(key))
 	}
 	return fences
 }

@@ -131,7 +131,7 @@ func (lk *Lock) Keys() []string {
 }
 
 // Fences returns the fencing token of each of Keys (see Fence), in the
-// same order (nil for a nil Lock).
+// same order (nil for a nil Lock); FenceOf gives one key's.
 func (lk *Lock) Fences() []int64 {
 	if lk == nil {
 		return nil
@@ -215,7 +215,7 @@ func (l *Locker) obtainAcross(ctx context.Context, ttl time.Duration, o *options
 	for i, key := range o.set {
 		for _, p := range parts {
 			if slices.Contains(keysOf(p.key, p.set), key) {
-				lk.fences[i] = p.fenceOf(key)
+				lk.fences[i] = p.FenceOf(key)
 			}
 		}
 	}

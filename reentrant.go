@@ -149,7 +149,7 @@ func (l *Locker) join(ctx context.Context, key string, o *options) (*Lock, error
 		case lost:
 			return nil, fmt.Errorf("%w: %s: the lock this context carries is lost (its lease is over): its holder must stop", ErrLockLost, quoteKey(key))
 		case live:
-			return &Lock{locker: l, key: key, set: o.set, token: a.token, mode: a.mode, fence: a.fenceOf(key), fences: a.fencesOf(o.set), joined: a}, nil
+			return &Lock{locker: l, key: key, set: o.set, token: a.token, mode: a.mode, fence: a.FenceOf(key), fences: a.fencesOf(o.set), joined: a}, nil
 		}
 	}
 	return nil, nil
