@@ -13,6 +13,12 @@ import (
 //     writer); readers together are fine;
 //   - a semaphore of n: never more than n holders at once.
 //
+// A set of keys is a holder of each of its keys (a Hold per key, with the
+// set's right and lease): an exclusive set is the writer of each
+// read-write key in it, a reader set a reader. So a set that overlaps a
+// holder of one of its keys is reported on that key, and two sets that
+// overlap on several keys once per key they share.
+//
 // A holder's right runs from Hold.Acquired to Hold.End. Both err toward
 // reporting: Acquired is stamped by the Obtain hook, before the call
 // returned (the holder could act only after), and End is the earliest

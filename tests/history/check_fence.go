@@ -15,6 +15,10 @@ import (
 // whose calls overlapped may get their fences in either order; they must
 // still differ.
 //
+// A set has a fence per key (Lock.Fences), and is an acquisition of each
+// of its keys: its fence for key k is checked against the other holders
+// of k, as any holder's.
+//
 // A violation is an anomaly unless a fault made Redis forget its counter
 // between A's call and B's acquisition (explainFences).
 func CheckFences(h *History) []Violation {

@@ -18,34 +18,41 @@ import "fmt"
 // of the goroutine that sees the context done. Holds whose Until could not
 // be read (a WithLock whose lock was lost before fn could join it) are not
 // checked here.
+//
+// A set has one lease (Until is the earliest of its keys' leases) and one
+// context: it is checked once, as an acquisition, and the evidence names
+// the first holder that took any of its keys meanwhile.
 func CheckLostSignal(h *History) []Violation {
 	var out []Violation
 	groups := byKey(h.Holds)
-	for _, key := range sortedKeys(groups) {
-		holds := groups[key]
-		spec := h.kindOf(key)
-		for _, a := range holds {
-			if a.Until == 0 || a.End <= a.Until {
-				continue
-			}
-			ev := fmt.Sprintf("A's right ended %s after its lease's end by its own clock\nA: %s", ms(a.End-a.Until), a)
-			if b := takenMeanwhile(spec, holds, a); b != nil {
-				ev += fmt.Sprintf("\nB took the key before A was told:\nB: %s", b)
-			}
-			out = append(out, Violation{
-				Property: PropLostSignal, Key: key, At: a.Until, Evidence: ev,
-				Limit: explainLateSignal(h, a, a.End),
-			})
+	for _, a := range h.Holds {
+		if !a.first() || a.Until == 0 || a.End <= a.Until {
+			continue
 		}
+		ev := fmt.Sprintf("A's right ended %s after its lease's end by its own clock\nA: %s", ms(a.End-a.Until), a)
+		var b *Hold
+		for _, key := range a.keys() {
+			if c := takenMeanwhile(h.kindOf(key), groups[key], a); c != nil && (b == nil || c.Acquired < b.Acquired) {
+				b = c
+			}
+		}
+		if b != nil {
+			ev += fmt.Sprintf("\nB took the key before A was told:\nB: %s", b)
+		}
+		out = append(out, Violation{
+			Property: PropLostSignal, Key: a.Key, At: a.Until, Evidence: ev,
+			Limit: explainLateSignal(h, a, a.End),
+		})
 	}
 	return out
 }
 
-// takenMeanwhile returns the first holder of holds in conflict with a that
-// acquired after a's Until and before a's right ended, or nil.
+// takenMeanwhile returns the first holder of holds (of one key) in
+// conflict with a (of a's acquisition, on that key) that acquired after
+// a's Until and before a's right ended, or nil.
 func takenMeanwhile(spec KeySpec, holds []*Hold, a *Hold) *Hold {
 	for _, b := range holds {
-		if b == a || b.Acquired < a.Until || b.Acquired >= a.End {
+		if b.ID == a.ID || b.Acquired < a.Until || b.Acquired >= a.End {
 			continue
 		}
 		if spec.Kind == KindRW && a.Mode == ModeReader && b.Mode == ModeReader {

@@ -178,16 +178,17 @@ func registerAt(info porcupine.LinearizationInfo) int64 {
 }
 
 // sameFenceWriters reports acquisitions that wrote the same resource with
-// the same fence and were both taken.
+// the same fence and were both taken. A set writes the resource of each of
+// its keys with that key's fence.
 func sameFenceWriters(h *History) []Violation {
 	type writer struct {
 		hold string
 		e    Event
 	}
 	first := map[string]map[int64]writer{}
-	holds := map[string]*Hold{}
+	holds := map[[2]string]*Hold{} // by ID and resource: a set's Hold of the resource's key
 	for _, hd := range h.Holds {
-		holds[hd.ID] = hd
+		holds[[2]string{hd.ID, resourceOf(hd.Key)}] = hd
 	}
 	var out []Violation
 	writes := slices.Clone(h.Writes)
@@ -210,7 +211,7 @@ func sameFenceWriters(h *History) []Violation {
 			continue
 		}
 		reported[[2]string{w.hold, id}] = true
-		a, b := holds[w.hold], holds[id]
+		a, b := holds[[2]string{w.hold, e.Key}], holds[[2]string{id, e.Key}]
 		limit := ""
 		if a != nil && b != nil {
 			limit = explainFences(h, a, b)

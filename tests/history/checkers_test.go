@@ -2,6 +2,7 @@ package history
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,14 +14,29 @@ import (
 
 const msec = int64(time.Millisecond)
 
-// hist is a history of a 1 s ttl and a 100 ms margin on keys "x" (lock),
-// "rw" (read-write) and "s" (semaphore of 2), healed at 0, stopped at 60 s.
+// hist is a history of a 1 s ttl and a 100 ms margin on keys "x" and "y"
+// (locks), "rw" and "rw2" (read-write) and "s" (semaphore of 2), healed at
+// 0, stopped at 60 s. Its holds are in order of Acquired, as Assemble's.
 func hist(holds ...*Hold) *History {
+	slices.SortStableFunc(holds, func(a, b *Hold) int { return cmp64(a.Acquired, b.Acquired) })
 	return &History{
 		Meta: Meta{TTL: 1000 * msec, Margin: 100 * msec, Bound: 5000 * msec, Heal: 0, Stop: 60000 * msec,
-			Keys: []KeySpec{{Name: "x", Kind: KindLock}, {Name: "rw", Kind: KindRW}, {Name: "s", Kind: KindSemaphore, Permits: 2}}},
+			Keys: []KeySpec{{Name: "x", Kind: KindLock}, {Name: "rw", Kind: KindRW}, {Name: "s", Kind: KindSemaphore, Permits: 2},
+				{Name: "y", Kind: KindLock}, {Name: "rw2", Kind: KindRW}}},
 		Holds: holds,
 	}
+}
+
+// mkSet makes the holds of a set of keys in mode, as Assemble does: one
+// per key, with the set's times and lease and that key's fence.
+func mkSet(id string, proc int, keys []string, mode string, acq, end, until int64, fences ...int64) []*Hold {
+	var out []*Hold
+	for i, key := range keys {
+		hd := mkHold(id, proc, key, mode, acq, end, until, fences[i])
+		hd.Set, hd.Call = keys, CallObtainMulti
+		out = append(out, hd)
+	}
+	return out
 }
 
 // mkHold makes a hold of proc on key in mode, acquired at acq and ended at
@@ -260,6 +276,21 @@ func TestCheckRegister_SameFence(t *testing.T) {
 	if an, _ := props(vs); len(an) != 1 || an[0] != PropFencing {
 		t.Errorf("want one fencing anomaly, got %v", vs)
 	}
+
+	// A set writes each key's resource with that key's fence: its write of
+	// res:y with its fence for y, and a holder of y's with the same fence.
+	set := mkSet("p0w0h1", 0, []string{"x", "y"}, ModeExclusive, 0, 10, 1000, 3, 4)
+	h = hist(append(set, mkHold("p1w0h1", 1, "y", ModeExclusive, 20, 30, 1000, 4))...)
+	h.Faults = []Fault{{Kind: FaultRestartEmpty, Loses: LosesFences, Start: 12 * msec, End: 15 * msec}}
+	wy := write("A", 0, 0, 2, 3, 4, "a", OutOK)
+	wy.Key = "res:y"
+	by := write("B", 1, 0, 21, 22, 4, "b", OutOK)
+	by.Key = "res:y"
+	h.Writes = []Event{write("A", 0, 0, 1, 2, 3, "a", OutOK), wy, by}
+	vs, _, _ = CheckRegister(h)
+	if an, ex := props(vs); len(an) != 0 || len(ex) != 1 || vs[0].Key != "res:y" {
+		t.Errorf("a set's and a holder's writes of res:y with fence 4, a counter lost in between: want one expected on res:y, got %v", vs)
+	}
 }
 
 // After the heal, a waiter waits only while others hold the key (idle at
@@ -307,6 +338,7 @@ func TestCheckLiveness(t *testing.T) {
 	h.Attempts = []Event{
 		{Type: EvAcquire, Call: CallObtain, Key: "x", Invoke: 11000 * msec, Return: 11001 * msec, Outcome: OutError, Err: "connection refused"},
 		{Type: EvAcquire, Call: CallTry, Key: "x", Invoke: 11000 * msec, Return: 11001 * msec, Outcome: OutNotObtained},
+		{Type: EvAcquire, Call: CallTryMulti, Key: "x", Keys: []string{"x", "y"}, Invoke: 11000 * msec, Return: 11001 * msec, Outcome: OutNotObtained},
 		{Type: EvAcquire, Call: CallObtain, Key: "x", Invoke: 5000 * msec, Return: 6000 * msec, Outcome: OutError},
 		{Type: EvAcquire, Call: CallObtain, Key: "x", Invoke: 5000 * msec, Return: 10500 * msec, Outcome: OutError, Err: "not acknowledged"},
 	}
@@ -335,5 +367,184 @@ func TestAssemble(t *testing.T) {
 	}
 	if h.Ops != 2 {
 		t.Errorf("ops %d, want 2 (the acquisition and the release)", h.Ops)
+	}
+}
+
+// A set holder is a holder of each of its keys: a set and a one-key holder
+// that overlap on one key of the set are an anomaly on that key; a holder
+// of a key outside the set, or one after the set, is not. An exclusive set
+// is the writer of a read-write key in it; a reader set shares its keys
+// with readers and with other reader sets.
+func TestCheckExclusion_SetHolders(t *testing.T) {
+	set := mkSet("S", 0, []string{"x", "y"}, ModeExclusive, 0, 500, 1000, 1, 1)
+	b := mkHold("B", 1, "y", ModeExclusive, 400, 600, 1400, 2)
+	vs := CheckExclusion(hist(append(set, b)...))
+	if an, _ := props(vs); len(an) != 1 || vs[0].Key != "y" {
+		t.Fatalf("a set and a one-key holder overlapping on y: want one anomaly on y, got %v", vs)
+	}
+	if !strings.Contains(vs[0].Evidence, "of the set [x y]") {
+		t.Errorf("the evidence does not name the set:\n%s", vs[0].Evidence)
+	}
+	other := mkHold("B", 1, "rw", ModeWriter, 400, 600, 1400, 2)
+	after := mkHold("C", 1, "x", ModeExclusive, 500, 600, 1500, 2)
+	if vs := CheckExclusion(hist(append(set, other, after)...)); len(vs) != 0 {
+		t.Errorf("holders of another key, or after the set: %v", vs)
+	}
+	two := mkSet("T", 2, []string{"y", "x"}, ModeExclusive, 300, 700, 1300, 2, 2)
+	if an, _ := props(CheckExclusion(hist(append(set, two...)...))); len(an) != 2 {
+		t.Errorf("two sets overlapping on x and y: want 2 anomalies (one per key), got %v", an)
+	}
+
+	readers := mkSet("R", 0, []string{"rw", "rw2"}, ModeReader, 0, 500, 1000, 1, 1)
+	r := mkHold("R1", 1, "rw2", ModeReader, 100, 300, 1100, 2)
+	readers2 := mkSet("R2", 2, []string{"rw2", "rw"}, ModeReader, 200, 400, 1200, 3, 3)
+	if vs := CheckExclusion(hist(append(append(readers, r), readers2...)...)); len(vs) != 0 {
+		t.Errorf("reader sets and a reader: %v", vs)
+	}
+	w := mkHold("W", 1, "rw", ModeWriter, 100, 300, 1100, 2)
+	if an, _ := props(CheckExclusion(hist(append(readers, w)...))); len(an) != 1 {
+		t.Errorf("a writer beside a reader set: want 1 anomaly, got %v", an)
+	}
+	writer := mkSet("X", 0, []string{"x", "rw"}, ModeExclusive, 0, 500, 1000, 1, 1)
+	if an, _ := props(CheckExclusion(hist(append(writer, r, mkHold("R3", 1, "rw", ModeReader, 100, 300, 1100, 2))...))); len(an) != 1 {
+		t.Errorf("a reader beside an exclusive set of its key: want 1 anomaly, got %v", an)
+	}
+}
+
+// A set's fence for a key is checked against the other holders of that
+// key: a set called after a one-key holder of y acquired, with a lower
+// fence for y, is a fence-order anomaly on y (and its fence for x, a key
+// nobody held before, is fine); and a one-key holder called after a set
+// acquired needs a higher fence than the set's for its key.
+func TestCheckFences_Set(t *testing.T) {
+	a := mkHold("A", 0, "y", ModeExclusive, 0, 100, 1000, 9)
+	set := mkSet("S", 1, []string{"x", "y"}, ModeExclusive, 200, 300, 1200, 5, 8)
+	vs := CheckFences(hist(append(set, a)...))
+	if an, _ := props(vs); len(an) != 1 || vs[0].Key != "y" {
+		t.Fatalf("a set's fence for y lower than an earlier holder's: want one anomaly on y, got %v", vs)
+	}
+	ok := mkSet("S", 1, []string{"x", "y"}, ModeExclusive, 200, 300, 1200, 5, 10)
+	if vs := CheckFences(hist(append(ok, a)...)); len(vs) != 0 {
+		t.Errorf("a set's fences higher than every earlier holder's: %v", vs)
+	}
+	b := mkHold("B", 2, "x", ModeExclusive, 400, 500, 1400, 5)
+	if an, _ := props(CheckFences(hist(append(ok, a, b)...))); len(an) != 1 {
+		t.Errorf("a one-key holder after a set with the set's fence: want 1 anomaly, got %v", an)
+	}
+	again := mkSet("T", 2, []string{"y", "x"}, ModeExclusive, 400, 500, 1400, 11, 4)
+	vs = CheckFences(hist(append(ok, append(again, a)...)...))
+	if an, _ := props(vs); len(an) != 1 || vs[0].Key != "x" {
+		t.Errorf("a set after a set, its fence for x going backwards: want one anomaly on x, got %v", vs)
+	}
+}
+
+// A set has one lease and one context: a right that outlives it is one
+// late signal, not one per key, and the evidence names whoever took any of
+// its keys meanwhile.
+func TestCheckLostSignal_Set(t *testing.T) {
+	set := mkSet("S", 0, []string{"x", "y"}, ModeExclusive, 0, 1200, 1000, 1, 1)
+	b := mkHold("B", 1, "y", ModeExclusive, 1100, 1150, 2100, 2)
+	vs := CheckLostSignal(hist(append(set, b)...))
+	if an, _ := props(vs); len(an) != 1 || !strings.Contains(vs[0].Evidence, "B took the key") {
+		t.Fatalf("want one anomaly naming B, got %v", vs)
+	}
+	if vs := CheckLostSignal(hist(mkSet("S", 0, []string{"x", "y"}, ModeExclusive, 0, 990, 1000, 1, 1)...)); len(vs) != 0 {
+		t.Errorf("a set's right ended before its lease's end: %v", vs)
+	}
+}
+
+// After the heal, a set waits while any of its keys is held, not while
+// all are free; a waiter behind a set that waits for its other keys may
+// find its key free meanwhile (nobody overtakes the first in line), but
+// not behind a set called long after it.
+func TestCheckLiveness_Sets(t *testing.T) {
+	base := func() *History {
+		h := hist()
+		h.Heal, h.Stop, h.Procs = 10000*msec, 30000*msec, 1
+		return h
+	}
+	set := Event{Type: EvAcquire, Proc: 9, Call: CallObtainMulti, Key: "x", Keys: []string{"x", "y"},
+		Invoke: 9000 * msec, Return: 20000 * msec, Outcome: OutOK}
+	y := mkHold("Y", 1, "y", ModeExclusive, 9500, 19900, 21000, 1) // y held all along, x free
+
+	h := base()
+	h.Holds, h.Attempts = []*Hold{y}, []Event{set}
+	if vs := CheckLiveness(h); len(vs) != 0 {
+		t.Errorf("a set waiting for one of its keys: %v", vs)
+	}
+	h.Holds = nil
+	if an, _ := props(CheckLiveness(h)); len(an) != 1 {
+		t.Errorf("a set whose keys were all free: want 1 anomaly, got %v", an)
+	}
+
+	one := Event{Type: EvAcquire, Proc: 8, Call: CallObtain, Key: "x", Invoke: 9100 * msec, Return: 20000 * msec, Outcome: OutOK}
+	h = base() // one waits for x behind the set, which waits for y
+	h.Holds, h.Attempts = []*Hold{y}, []Event{set, one}
+	if vs := CheckLiveness(h); len(vs) != 0 {
+		t.Errorf("a waiter behind a set that waits: %v", vs)
+	}
+	late := set
+	late.Invoke = one.Invoke + placeSlack
+	h.Attempts = []Event{late, one}
+	if vs := CheckLiveness(h); len(vs) != 1 || !strings.Contains(vs[0].Evidence, holdID(one)) {
+		t.Errorf("a waiter whose key was free, with only a later set waiting: want 1 anomaly for it, got %v", vs)
+	}
+
+	h = base() // 18 called after the set and served before it on x
+	for i := range int64(18) {
+		hd := mkHold(fmt.Sprint("O", i), 1, "x", ModeExclusive, 10100+500*i, 10600+500*i, 11100+500*i, i+1)
+		hd.Invoke = 10000*msec + 1 + i
+		h.Holds = append(h.Holds, hd)
+	}
+	h.Attempts = []Event{set}
+	if an, _ := props(CheckLiveness(h)); len(an) != 1 {
+		t.Errorf("a set overtaken 18 times on x: want 1 anomaly, got %v", an)
+	}
+	h.Deploy = DeployCluster // x's slot (16287) is after y's (12222): the set waits in x's line only once it holds y
+	if vs := CheckLiveness(h); len(vs) != 0 {
+		t.Errorf("a set across Cluster slots, overtaken on its later slot's key: %v", vs)
+	}
+}
+
+// clusterSlot is Redis's CLUSTER KEYSLOT (values from redis-server 7.0).
+func TestClusterSlot(t *testing.T) {
+	for key, want := range map[string]uint16{"123456789": 12739, "foo": 12182, "bar": 5061, "x": 16287, "y": 12222,
+		"h20251125e0:lock": 11301, "{h20251125e0:lock}:b": 11301, "{}x": 10595, "a{}b{c}": 7353} {
+		if got := clusterSlot(key); got != want {
+			t.Errorf("clusterSlot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
+
+// Assemble makes a Hold per key of a set, each with its key's fence and
+// the set's times, Until and end; the set is one acquisition.
+func TestAssemble_Set(t *testing.T) {
+	evs := []Event{
+		{Type: EvAcquire, Proc: 0, Worker: 0, Hold: 1, Key: "y", Keys: []string{"y", "x"}, Mode: ModeExclusive, Call: CallObtainMulti,
+			Invoke: 1000, At: 1500, Return: 1600, Outcome: OutOK, Fence: 4, Fences: []int64{4, 7}, Until: 9000},
+		{Type: EvDone, Proc: 0, Worker: 0, Hold: 1, At: 5000, Source: SrcLostHook, Err: "redislock: lock lost", Until: 9500},
+		{Type: EvRelease, Proc: 0, Worker: 0, Hold: 1, Invoke: 6000, Return: 6100, Outcome: OutNotHeld},
+		{Type: EvAcquire, Proc: 0, Worker: 0, Hold: 2, Key: "y", Keys: []string{"y", "x"}, Mode: ModeExclusive, Call: CallObtainMulti,
+			Invoke: 7000, At: 7500, Return: 7600, Outcome: OutOK, Fence: 5},
+	}
+	h := Assemble(evs, Meta{Start: 1000}, nil)
+	if len(h.Holds) != 2 {
+		t.Fatalf("holds: %v", h.Holds)
+	}
+	fences := map[string]int64{}
+	for _, hd := range h.Holds {
+		fences[hd.Key] = hd.Fence
+		if hd.ID != "p0w0h1" || hd.Acquired != 500 || hd.End != 4000 || !hd.Lost || hd.Until != 8500 || len(hd.Set) != 2 {
+			t.Errorf("hold %s", hd)
+		}
+	}
+	if fences["y"] != 4 || fences["x"] != 7 {
+		t.Errorf("fences by key %v, want y 4, x 7", fences)
+	}
+	if n, sets := h.Acquisitions(); n != 1 || sets != 1 {
+		t.Errorf("acquisitions %d, sets %d; want 1, 1", n, sets)
+	}
+	if h.Ops != 3 || len(h.Problems) != 1 || !strings.Contains(h.Problems[0], "p0w0h2") {
+		t.Errorf("ops %d (want 3), problems %v (want the set acquired without its fences)", h.Ops, h.Problems)
 	}
 }

@@ -95,6 +95,9 @@ type Deployment struct {
 	// Unfair says that waiting is not fair: Obtain polls (NewQuorum), so
 	// a waiter may lose every round for longer than Bound.
 	Unfair bool
+	// Sets says that the workers also take sets of keys (ObtainMulti,
+	// TryObtainMulti, WithLockMulti); NewQuorum refuses them.
+	Sets bool
 
 	single  *redistest.Server   // DeploySingle
 	proxy   *faultproxy.Proxy   // DeploySingle: between the workers and single
@@ -112,7 +115,7 @@ func StartSingle(t testing.TB) *Deployment {
 	px := faultproxy.New(t, srv.Addr())
 	return &Deployment{
 		Name: DeploySingle, Config: DeployConfig{Kind: DeploySingle, Addrs: []string{px.Addr()}},
-		TTL: time.Second, Bound: 4 * time.Second, Kinds: []string{KindLock, KindRW, KindSemaphore},
+		TTL: time.Second, Bound: 4 * time.Second, Kinds: []string{KindLock, KindRW, KindSemaphore}, Sets: true,
 		single: srv, proxy: px, down: map[*redistest.Server]bool{},
 	}
 }
@@ -145,7 +148,7 @@ func StartSentinel(t testing.TB) *Deployment {
 		Name: DeploySentinel,
 		Config: DeployConfig{Kind: DeploySentinel, Addrs: s.SentinelAddrs(), MasterName: s.MasterName(),
 			Replicas: 1, ReplicaWait: 500 * time.Millisecond},
-		TTL: 2 * time.Second, Bound: 6 * time.Second, Kinds: []string{KindLock, KindRW, KindSemaphore},
+		TTL: 2 * time.Second, Bound: 6 * time.Second, Kinds: []string{KindLock, KindRW, KindSemaphore}, Sets: true,
 		sent: s, down: map[*redistest.Server]bool{},
 	}
 }
@@ -159,7 +162,7 @@ func StartCluster(t testing.TB) *Deployment {
 		// A killed master makes every master refuse commands for 1-2 s
 		// (CLUSTERDOWN) until its replica takes over: leases of 2 s are
 		// lost then, and told.
-		TTL: 2 * time.Second, Bound: 6 * time.Second, Kinds: []string{KindLock, KindRW, KindSemaphore},
+		TTL: 2 * time.Second, Bound: 6 * time.Second, Kinds: []string{KindLock, KindRW, KindSemaphore}, Sets: true,
 		cluster: c, down: map[*redistest.Server]bool{},
 	}
 }
@@ -299,10 +302,15 @@ func StartResource(t testing.TB) string {
 	return redistest.Start(t).Addr()
 }
 
-// keyNames returns n lock keys of the episode prefix, one per kind, in
-// order: KindLock, KindRW, KindSemaphore (fewer when the deployment does
-// not support a kind).
-func keySpecs(prefix string, kinds []string) []KeySpec {
+// keySpecs returns the lock keys of an episode of prefix: one per kind,
+// in order (KindLock, KindRW, KindSemaphore; fewer when the deployment
+// does not support a kind), and with sets a second lock and a second
+// read-write key, for the sets to take 2 or 3 of them. Each second key has
+// the first key of its kind as its hash tag ("{h1e2:lock}:b"): on a
+// Cluster it is in the first one's slot, so that a set is taken by one
+// script run when its keys share a slot and in parts, slot by slot, when
+// they do not.
+func keySpecs(prefix string, kinds []string, sets bool) []KeySpec {
 	var ks []KeySpec
 	for _, k := range kinds {
 		spec := KeySpec{Name: prefix + strings.ToLower(k), Kind: k}
@@ -310,6 +318,13 @@ func keySpecs(prefix string, kinds []string) []KeySpec {
 			spec.Permits = 2
 		}
 		ks = append(ks, spec)
+	}
+	if sets {
+		for _, spec := range ks {
+			if spec.Kind == KindLock || spec.Kind == KindRW {
+				ks = append(ks, KeySpec{Name: "{" + spec.Name + "}:b", Kind: spec.Kind})
+			}
+		}
 	}
 	return ks
 }

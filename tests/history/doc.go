@@ -8,7 +8,7 @@
 //   - clock.go, event.go: how times are taken (one host-wide monotonic
 //     clock) and what a worker process records.
 //   - recorder.go: a worker process: goroutines that obtain, use and release
-//     locks of every kind and record each operation.
+//     locks of every kind, and sets of keys, and record each operation.
 //   - deploy.go: the Redis deployments (one node behind a fault proxy, a
 //     quorum of masters, a primary with a replica and Sentinels, a Cluster)
 //     and the resource the locks protect (a Redis of its own, never faulted).

@@ -10,9 +10,12 @@ type Event struct {
 	Proc   int    `json:"p"`           // the worker process
 	Worker int    `json:"w"`           // the goroutine within it
 	Hold   int64  `json:"h,omitempty"` // the acquisition attempt, numbered per worker from 1
-	Key    string `json:"k,omitempty"` // the lock key (EvAcquire); the resource key (EvWrite, EvRead)
+	Key    string `json:"k,omitempty"` // the lock key (EvAcquire: a set's first key); the resource key (EvWrite, EvRead)
 	Mode   string `json:"m,omitempty"` // Mode* constants (EvAcquire)
 	Call   string `json:"c,omitempty"` // Call* constants (EvAcquire)
+	// Keys are a set's keys (EvAcquire of a Call*Multi), in the order
+	// given, Key the first; nil for one key.
+	Keys []string `json:"ks,omitempty"`
 
 	Invoke int64 `json:"i,omitempty"`
 	Return int64 `json:"r,omitempty"`
@@ -25,7 +28,10 @@ type Event struct {
 	Outcome string `json:"o,omitempty"` // Out* constants
 	Err     string `json:"e,omitempty"`
 	Token   string `json:"tok,omitempty"`
-	Fence   int64  `json:"f,omitempty"` // the lock's fence (EvAcquire), the fence written or read (EvWrite, EvRead)
+	Fence   int64  `json:"f,omitempty"` // the lock's fence (EvAcquire: a set's first key's), the fence written or read (EvWrite, EvRead)
+	// Fences are a set's fences (EvAcquire of a Call*Multi): Lock.Fences,
+	// one per key of Keys, in the same order.
+	Fences []int64 `json:"fs,omitempty"`
 	// Until is the latest end of the lease the holder's Lock.Until reported
 	// (on the Now clock), the largest of the readings taken up to this
 	// event: when acquired, before each operation and at each renewal.
@@ -37,7 +43,7 @@ type Event struct {
 // Event types.
 const (
 	EvReady   = "ready"   // the process is set up and starts working
-	EvAcquire = "acquire" // an Obtain, TryObtain or WithLock returned (WithLock: fn was called, or it failed)
+	EvAcquire = "acquire" // an Obtain, TryObtain or WithLock (or its Multi) returned (WithLock: fn was called, or it failed)
 	EvDone    = "done"    // a held lock's context was seen done
 	EvRelease = "release" // a Release (or WithLock's end) of a held lock
 	EvWrite   = "write"   // SetFenced on the resource
@@ -46,9 +52,11 @@ const (
 	EvExit    = "exit"    // the process stopped cleanly; Err says what it found wrong
 )
 
-// Modes of an acquisition.
+// Modes of an acquisition. A set is exclusive (ModeExclusive: the writer
+// of each read-write key in it) or shared (ModeReader: a reader of each
+// key, all read-write keys).
 const (
-	ModeExclusive = "x" // a plain lock
+	ModeExclusive = "x" // a plain lock; an exclusive set
 	ModeWriter    = "w" // the writer of a read-write lock (an exclusive acquisition of its key)
 	ModeReader    = "r" // a reader (WithShared)
 	ModePermit    = "p" // a permit of a semaphore (WithPermits)
@@ -59,7 +67,23 @@ const (
 	CallObtain   = "obtain"
 	CallTry      = "try"
 	CallWithLock = "withlock"
+	// A set of keys (Event.Keys), held as one lock.
+	CallObtainMulti   = "obtainmulti"
+	CallTryMulti      = "trymulti"
+	CallWithLockMulti = "withlockmulti"
 )
+
+// keysOf returns the keys of an acquisition: a set's, or its one key.
+func keysOf(e Event) []string {
+	if e.Keys != nil {
+		return e.Keys
+	}
+	return []string{e.Key}
+}
+
+// tries reports whether call makes a single attempt (TryObtain,
+// TryObtainMulti): it may fail on contention, and never waits in line.
+func tries(call string) bool { return call == CallTry || call == CallTryMulti }
 
 // Outcomes.
 const (

@@ -27,7 +27,7 @@ type Meta struct {
 // on the resources, the processes' stalls and the faults.
 type History struct {
 	Meta
-	Holds    []*Hold  // acquisitions that succeeded
+	Holds    []*Hold  // acquisitions that succeeded: a Hold per key (a set's, one per key of the set)
 	Attempts []Event  // every EvAcquire, whatever its outcome
 	Writes   []Event  // EvWrite
 	Reads    []Event  // EvRead
@@ -38,12 +38,16 @@ type History struct {
 	Problems []string // events that make no sense (a release of nothing, ...)
 }
 
-// A Hold is one acquisition that succeeded, from the holder's side.
+// A Hold is one acquisition that succeeded, from the holder's side, on one
+// key. A set of keys is one acquisition and makes a Hold per key, with the
+// same ID, times, token, Until and End (the set's: one lease, one right),
+// each with its key's fence: a set holder is a holder of each of its keys.
 type Hold struct {
 	ID     string // "p<proc>w<worker>h<n>"
 	Proc   int
 	Key    string
-	Mode   string
+	Set    []string // a set's keys, Key one of them; nil for one key
+	Mode   string   // a set's: ModeExclusive (the writer of a read-write key) or ModeReader
 	Call   string
 	Invoke int64 // the acquiring call was made
 	// Acquired is when the Obtain hook ran: after Redis gave the lock
@@ -75,8 +79,25 @@ func (h *Hold) String() string {
 	if h.End != math.MaxInt64 {
 		end = fmt.Sprintf("%s by %s", ms(h.End), h.EndBy)
 	}
-	return fmt.Sprintf("%s %s(%s) fence %d: called %s, acquired %s, returned %s, Until %s, right ended %s",
-		h.ID, h.Call, h.Mode, h.Fence, ms(h.Invoke), ms(h.Acquired), ms(h.Return), ms(h.Until), end)
+	set := ""
+	if h.Set != nil {
+		set = fmt.Sprintf(" of the set %v, on %s", h.Set, h.Key)
+	}
+	return fmt.Sprintf("%s %s(%s)%s fence %d: called %s, acquired %s, returned %s, Until %s, right ended %s",
+		h.ID, h.Call, h.Mode, set, h.Fence, ms(h.Invoke), ms(h.Acquired), ms(h.Return), ms(h.Until), end)
+}
+
+// first reports whether h is the first Hold of its acquisition: its one
+// key's, or the Hold of a set's first key. Checks of an acquisition as a
+// whole (its lease, its signal) look at first Holds only.
+func (h *Hold) first() bool { return h.Set == nil || h.Key == h.Set[0] }
+
+// keys are the keys h's acquisition holds.
+func (h *Hold) keys() []string {
+	if h.Set != nil {
+		return h.Set
+	}
+	return []string{h.Key}
 }
 
 // holdID names the hold of an event.
@@ -103,7 +124,7 @@ func Assemble(events []Event, meta Meta, faults []Fault) *History {
 		f.Start, f.End = rel(f.Start), rel(f.End)
 		h.Faults = append(h.Faults, f)
 	}
-	holds := map[string]*Hold{}
+	holds := map[string][]*Hold{} // by ID: an acquisition's, a Hold per key
 	for _, e := range events {
 		e.Invoke, e.Return, e.At, e.Until = rel(e.Invoke), rel(e.Return), rel(e.At), rel(e.Until)
 		switch e.Type {
@@ -113,13 +134,22 @@ func Assemble(events []Event, meta Meta, faults []Fault) *History {
 			if e.Outcome != OutOK {
 				continue
 			}
-			hd := &Hold{ID: holdID(e), Proc: e.Proc, Key: e.Key, Mode: e.Mode, Call: e.Call, Invoke: e.Invoke,
-				Acquired: e.At, Return: e.Return, Token: e.Token, Fence: e.Fence, Until: e.Until, End: math.MaxInt64}
-			if hd.Acquired == 0 {
-				hd.Acquired = hd.Return
+			if e.Keys != nil && len(e.Fences) != len(e.Keys) {
+				h.Problems = append(h.Problems, fmt.Sprintf("%s: the set %v acquired with fences %v", holdID(e), e.Keys, e.Fences))
+				continue
 			}
-			holds[hd.ID] = hd
-			h.Holds = append(h.Holds, hd)
+			for i, key := range keysOf(e) {
+				hd := &Hold{ID: holdID(e), Proc: e.Proc, Key: key, Set: e.Keys, Mode: e.Mode, Call: e.Call, Invoke: e.Invoke,
+					Acquired: e.At, Return: e.Return, Token: e.Token, Fence: e.Fence, Until: e.Until, End: math.MaxInt64}
+				if e.Keys != nil {
+					hd.Fence = e.Fences[i]
+				}
+				if hd.Acquired == 0 {
+					hd.Acquired = hd.Return
+				}
+				holds[hd.ID] = append(holds[hd.ID], hd)
+				h.Holds = append(h.Holds, hd)
+			}
 		case EvWrite:
 			h.Ops++
 			h.Writes = append(h.Writes, e)
@@ -135,34 +165,38 @@ func Assemble(events []Event, meta Meta, faults []Fault) *History {
 		if e.Type != EvDone && e.Type != EvRelease {
 			continue
 		}
-		hd := holds[holdID(e)]
-		if hd == nil {
+		hds := holds[holdID(e)]
+		if hds == nil {
 			h.Problems = append(h.Problems, fmt.Sprintf("%s of %s, which acquired nothing", e.Type, holdID(e)))
 			continue
 		}
-		hd.Until = max(hd.Until, e.Until)
-		switch e.Type {
-		case EvRelease:
+		if e.Type == EvRelease {
 			h.Ops++
-			ev := e
-			hd.Release = &ev
-			if e.Outcome == OutNotHeld {
-				hd.Lost = true
-			}
-			if e.Invoke < hd.End {
-				hd.End, hd.EndBy, hd.Cause = e.Invoke, "release", ""
-			}
-		case EvDone:
-			if strings.Contains(e.Err, "lock lost") {
-				hd.Lost = true
-			}
-			if e.At < hd.End {
-				hd.End, hd.EndBy, hd.Cause = e.At, e.Source, e.Err
+		}
+		ev := e
+		for _, hd := range hds { // a set's end is the end of each of its keys' holds
+			hd.Until = max(hd.Until, e.Until)
+			switch e.Type {
+			case EvRelease:
+				hd.Release = &ev
+				if e.Outcome == OutNotHeld {
+					hd.Lost = true
+				}
+				if e.Invoke < hd.End {
+					hd.End, hd.EndBy, hd.Cause = e.Invoke, "release", ""
+				}
+			case EvDone:
+				if strings.Contains(e.Err, "lock lost") {
+					hd.Lost = true
+				}
+				if e.At < hd.End {
+					hd.End, hd.EndBy, hd.Cause = e.At, e.Source, e.Err
+				}
 			}
 		}
 	}
 	for _, hd := range h.Holds {
-		if hd.End == math.MaxInt64 {
+		if hd.End == math.MaxInt64 && hd.first() {
 			h.Problems = append(h.Problems, fmt.Sprintf("%s: neither its release nor the end of its context was recorded", hd.ID))
 		}
 	}
@@ -192,6 +226,20 @@ func (h *History) forgotten(loses string, from, to int64) (Fault, bool) {
 		}
 	}
 	return Fault{}, false
+}
+
+// Acquisitions returns how many acquisitions succeeded (a set is one), and
+// how many of them were sets.
+func (h *History) Acquisitions() (n, sets int) {
+	for _, hd := range h.Holds {
+		if hd.first() {
+			n++
+			if hd.Set != nil {
+				sets++
+			}
+		}
+	}
+	return n, sets
 }
 
 // kindOf returns the kind of lock key is.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +33,7 @@ type ChildConfig struct {
 	Deploy   DeployConfig
 	Resource string    // the address of the resource's Redis
 	Keys     []KeySpec // the lock keys; the resource of key k is "res:"+k
+	Sets     bool      // the workers also take sets of keys (ObtainMulti...)
 	Workers  int       // goroutines
 	TTL      time.Duration
 	Wait     time.Duration // how long an Obtain or WithLock waits at most
@@ -59,9 +61,10 @@ func resourceOf(key string) string { return "res:" + key }
 
 // ChildMain runs a worker process with the ChildConfig in $ChildEnv, and
 // returns its exit status. Its workers repeat, until standard input is
-// closed: pick a key, acquire it (Obtain, TryObtain or WithLock, in the
-// key's mode), keep the lease alive, read and write the key's resource a
-// few times (writers and permits write with SetFenced and the lock's
+// closed: pick a key (or, with Sets, now and then a set of keys), acquire
+// it (Obtain, TryObtain or WithLock, or their Multi, in the key's mode),
+// keep the lease alive, read and write the resource of each key held a
+// few times (writers and permits write with SetFenced and the key's
 // fence, then read; readers read), release. Every step is recorded as an
 // Event on standard output.
 func ChildMain() int {
@@ -189,10 +192,17 @@ func (p *process) onRenew(_ context.Context, e redislock.RenewEvent) {
 }
 
 // onLost records the moment the library reports a loss: it runs on the
-// goroutine that cancelled the lock's context, right after.
+// goroutine that cancelled the lock's context, right after. A set across
+// Cluster slots is made of parts, and its first part has the set's token:
+// the loss of that part alone (its keys are not the set's) comes before
+// the set's context ends, and is not the end of the set's right.
 func (p *process) onLost(_ context.Context, e redislock.LostEvent) {
 	at := Now()
-	if h := p.held(e.Token); h != nil {
+	keys := e.Keys
+	if keys == nil {
+		keys = []string{e.Key}
+	}
+	if h := p.held(e.Token); h != nil && slices.Equal(keys, h.keys) {
 		h.done(SrcLostHook, at, e.Err)
 	}
 }
@@ -215,12 +225,13 @@ func (p *process) held(token string) *hold {
 	return p.holds[token]
 }
 
-// A hold is a lock a worker holds.
+// A hold is a lock a worker holds: of one key, or of a set of keys.
 type hold struct {
 	p      *process
 	worker int
 	id     int64
-	key    string
+	keys   []string // the key, or the set's keys
+	fences []int64  // a fence per key of keys
 	mode   string
 
 	mu       sync.Mutex
@@ -291,15 +302,27 @@ type worker struct {
 func (p *process) work(stop context.Context, n int) {
 	w := &worker{p: p, n: n, rng: rand.New(rand.NewPCG(p.cfg.Seed, uint64(p.cfg.Proc*1000+n)))}
 	for stop.Err() == nil {
-		ks := p.cfg.Keys[w.rng.IntN(len(p.cfg.Keys))]
-		mode, opts := w.mode(ks)
-		switch r := w.rng.IntN(10); {
-		case r == 0:
-			w.obtain(stop, ks.Name, mode, CallTry, opts)
-		case r <= 3 && ks.Kind != KindSemaphore: // permits cannot be joined, so their Until could not be read
-			w.withLock(stop, ks.Name, mode, opts)
-		default:
-			w.obtain(stop, ks.Name, mode, CallObtain, opts)
+		if p.cfg.Sets && w.rng.IntN(10) < 3 {
+			keys, mode, opts := w.set()
+			switch r := w.rng.IntN(10); {
+			case r == 0:
+				w.obtain(stop, keys, mode, CallTryMulti, opts)
+			case r <= 3:
+				w.withLockMulti(stop, keys, mode, opts)
+			default:
+				w.obtain(stop, keys, mode, CallObtainMulti, opts)
+			}
+		} else {
+			ks := p.cfg.Keys[w.rng.IntN(len(p.cfg.Keys))]
+			mode, opts := w.mode(ks)
+			switch r := w.rng.IntN(10); {
+			case r == 0:
+				w.obtain(stop, []string{ks.Name}, mode, CallTry, opts)
+			case r <= 3 && ks.Kind != KindSemaphore: // permits cannot be joined, so their Until could not be read
+				w.withLock(stop, ks.Name, mode, opts)
+			default:
+				w.obtain(stop, []string{ks.Name}, mode, CallObtain, opts)
+			}
 		}
 		w.sleep(stop, w.rng.Int64N(int64(p.cfg.ThinkMax)+1))
 	}
@@ -319,6 +342,30 @@ func (w *worker) mode(ks KeySpec) (string, []redislock.Option) {
 	return ModeExclusive, nil
 }
 
+// set picks the keys and mode of the next set (semaphores are no part of
+// sets): 4 times in 10 a reader set of the read-write keys, else an
+// exclusive set of 2 or 3 of the lock and read-write keys (the writer of
+// each read-write key in it); the keys in a random order, which Keys and
+// Fences keep.
+func (w *worker) set() ([]string, string, []redislock.Option) {
+	var rw, all []string
+	for _, ks := range w.p.cfg.Keys {
+		switch ks.Kind {
+		case KindRW:
+			rw = append(rw, ks.Name)
+			all = append(all, ks.Name)
+		case KindLock:
+			all = append(all, ks.Name)
+		}
+	}
+	if len(rw) >= 2 && w.rng.IntN(10) < 4 {
+		w.rng.Shuffle(len(rw), func(i, j int) { rw[i], rw[j] = rw[j], rw[i] })
+		return rw[:min(len(rw), 2+w.rng.IntN(2))], ModeReader, []redislock.Option{redislock.WithShared()}
+	}
+	w.rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	return all[:min(len(all), 2+w.rng.IntN(2))], ModeExclusive, nil
+}
+
 func (w *worker) sleep(stop context.Context, ns int64) {
 	t := time.NewTimer(time.Duration(ns))
 	defer t.Stop()
@@ -328,10 +375,15 @@ func (w *worker) sleep(stop context.Context, ns int64) {
 	}
 }
 
-// attempt starts the record of an acquisition attempt.
-func (w *worker) attempt(key, mode, call string) Event {
+// attempt starts the record of an acquisition attempt of keys: one key,
+// or a set (a Call*Multi).
+func (w *worker) attempt(keys []string, mode, call string) Event {
 	w.hold++
-	return Event{Type: EvAcquire, Proc: w.p.cfg.Proc, Worker: w.n, Hold: w.hold, Key: key, Mode: mode, Call: call}
+	ev := Event{Type: EvAcquire, Proc: w.p.cfg.Proc, Worker: w.n, Hold: w.hold, Key: keys[0], Mode: mode, Call: call}
+	if call == CallObtainMulti || call == CallTryMulti || call == CallWithLockMulti {
+		ev.Keys = keys
+	}
+	return ev
 }
 
 // outcome classifies an acquisition's error.
@@ -347,19 +399,25 @@ func outcome(stop context.Context, err error) string {
 	return OutError
 }
 
-// obtain is one Obtain (or TryObtain) of key, and if it acquired, the use
-// and release of the lock under KeepAlive.
-func (w *worker) obtain(stop context.Context, key, mode, call string, opts []redislock.Option) {
-	ev := w.attempt(key, mode, call)
+// obtain is one Obtain or TryObtain of keys[0] (or ObtainMulti or
+// TryObtainMulti of the set keys), and if it acquired, the use and release
+// of the lock under KeepAlive.
+func (w *worker) obtain(stop context.Context, keys []string, mode, call string, opts []redislock.Option) {
+	ev := w.attempt(keys, mode, call)
 	a := &attempt{}
 	ctx, cancel := context.WithTimeout(context.WithValue(stop, attemptKey{}, a), w.p.cfg.Wait)
 	var lk *redislock.Lock
 	var err error
 	ev.Invoke = Now()
-	if call == CallTry {
-		lk, err = w.p.locker.TryObtain(ctx, key, w.p.cfg.TTL, opts...)
-	} else {
-		lk, err = w.p.locker.Obtain(ctx, key, w.p.cfg.TTL, opts...)
+	switch call {
+	case CallTry:
+		lk, err = w.p.locker.TryObtain(ctx, keys[0], w.p.cfg.TTL, opts...)
+	case CallObtainMulti:
+		lk, err = w.p.locker.ObtainMulti(ctx, keys, w.p.cfg.TTL, opts...)
+	case CallTryMulti:
+		lk, err = w.p.locker.TryObtainMulti(ctx, keys, w.p.cfg.TTL, opts...)
+	default:
+		lk, err = w.p.locker.Obtain(ctx, keys[0], w.p.cfg.TTL, opts...)
 	}
 	ev.Return = Now()
 	cancel()
@@ -369,15 +427,22 @@ func (w *worker) obtain(stop context.Context, key, mode, call string, opts []red
 		w.p.out.emit(ev)
 		return
 	}
-	h := &hold{p: w.p, worker: w.n, id: ev.Hold, key: key, mode: mode, until: lk.Until}
+	h := &hold{p: w.p, worker: w.n, id: ev.Hold, keys: keys, fences: lk.Fences(), mode: mode, until: lk.Until}
+	if got := lk.Keys(); !slices.Equal(got, keys) || len(h.fences) != len(keys) { // a problem of the run (stderr)
+		fmt.Fprintf(os.Stderr, "history child: %s %v: Keys %v, Fences %v\n", call, keys, got, h.fences)
+		h.fences = make([]int64, len(keys))
+	}
 	ev.At, ev.Token, ev.Fence, ev.Until = a.hook.Load(), lk.Token(), lk.Fence(), h.sampleUntil()
+	if ev.Keys != nil {
+		ev.Fences = h.fences
+	}
 	w.p.register(lk.Token(), h)
 	defer w.p.unregister(lk.Token())
 	w.p.out.emit(ev)
 
 	kctx := lk.KeepAlive(context.Background())
 	h.watch(kctx)
-	w.use(stop, kctx, h, lk.Fence())
+	w.use(stop, kctx, h)
 
 	rel := Event{Type: EvRelease, Proc: w.p.cfg.Proc, Worker: w.n, Hold: ev.Hold}
 	h.poll(kctx)
@@ -408,8 +473,8 @@ func releaseOutcome(err error) string {
 // its ctx (no round trip: the handle shares the acquisition) to read the
 // lease's end, uses the lock, and returns.
 func (w *worker) withLock(stop context.Context, key, mode string, opts []redislock.Option) {
-	ev := w.attempt(key, mode, CallWithLock)
-	h := &hold{p: w.p, worker: w.n, id: ev.Hold, key: key, mode: mode}
+	ev := w.attempt([]string{key}, mode, CallWithLock)
+	h := &hold{p: w.p, worker: w.n, id: ev.Hold, keys: []string{key}, mode: mode}
 	a := &attempt{hold: h}
 	ctx, cancel := context.WithTimeout(context.WithValue(stop, attemptKey{}, a), w.p.cfg.Wait)
 	defer cancel()
@@ -419,6 +484,7 @@ func (w *worker) withLock(stop context.Context, key, mode string, opts []redislo
 	err := w.p.locker.WithLock(ctx, key, func(fctx context.Context) error {
 		ev.Return, called = Now(), true
 		ev.At, ev.Fence, ev.Outcome = a.hook.Load(), a.fence.Load(), OutOK
+		h.fences = []int64{ev.Fence}
 		if tok := a.token.Load(); tok != nil {
 			ev.Token = *tok
 		}
@@ -431,12 +497,62 @@ func (w *worker) withLock(stop context.Context, key, mode string, opts []redislo
 		ev.Until = h.sampleUntil()
 		w.p.out.emit(ev)
 		h.watch(fctx)
-		w.use(stop, fctx, h, ev.Fence)
+		w.use(stop, fctx, h)
 		h.poll(fctx)
 		rel.Until = h.sampleUntil()
 		rel.Invoke = Now()
 		return nil
 	}, append(opts, redislock.WithTTL(w.p.cfg.TTL))...)
+	w.endWithLock(stop, ev, rel, a, called, err)
+}
+
+// withLockMulti is one WithLockMulti of the set keys. fn reads the lock
+// from its ctx (FromContext: no round trip) for the lease's end and the
+// fences, uses the lock, and returns.
+func (w *worker) withLockMulti(stop context.Context, keys []string, mode string, opts []redislock.Option) {
+	ev := w.attempt(keys, mode, CallWithLockMulti)
+	h := &hold{p: w.p, worker: w.n, id: ev.Hold, keys: keys, mode: mode}
+	a := &attempt{hold: h}
+	ctx, cancel := context.WithTimeout(context.WithValue(stop, attemptKey{}, a), w.p.cfg.Wait)
+	defer cancel()
+	rel := Event{Type: EvRelease, Proc: w.p.cfg.Proc, Worker: w.n, Hold: ev.Hold}
+	called := false
+	ev.Invoke = Now()
+	err := w.p.locker.WithLockMulti(ctx, keys, func(fctx context.Context) error {
+		ev.Return, called = Now(), true
+		ev.At, ev.Outcome = a.hook.Load(), OutOK
+		if tok := a.token.Load(); tok != nil {
+			ev.Token = *tok
+		}
+		// A lock that FromContext does not give as the set is a problem
+		// of the run (stderr).
+		h.fences = make([]int64, len(keys))
+		if lk := redislock.FromContext(fctx); lk == nil {
+			fmt.Fprintf(os.Stderr, "history child: WithLockMulti %v: FromContext gave no lock\n", keys)
+		} else {
+			h.readUntilFrom(lk.Until)
+			if got := lk.Keys(); !slices.Equal(got, keys) || len(lk.Fences()) != len(keys) {
+				fmt.Fprintf(os.Stderr, "history child: WithLockMulti %v: FromContext gave Keys %v, Fences %v\n", keys, got, lk.Fences())
+			} else {
+				h.fences = lk.Fences()
+			}
+		}
+		ev.Fence, ev.Fences = h.fences[0], h.fences
+		ev.Until = h.sampleUntil()
+		w.p.out.emit(ev)
+		h.watch(fctx)
+		w.use(stop, fctx, h)
+		h.poll(fctx)
+		rel.Until = h.sampleUntil()
+		rel.Invoke = Now()
+		return nil
+	}, append(opts, redislock.WithTTL(w.p.cfg.TTL))...)
+	w.endWithLock(stop, ev, rel, a, called, err)
+}
+
+// endWithLock records the end of a WithLock or WithLockMulti: its failure
+// to acquire (fn was not called), or the release.
+func (w *worker) endWithLock(stop context.Context, ev, rel Event, a *attempt, called bool, err error) {
 	if tok := a.token.Load(); tok != nil {
 		defer w.p.unregister(*tok)
 	}
@@ -460,14 +576,15 @@ func (w *worker) withLock(stop context.Context, key, mode string, opts []redislo
 	w.p.out.emit(rel)
 }
 
-// use reads and writes the lock's resource a few times, pausing between
-// operations, until stop or until the lock's ctx is seen done (checked
-// before each operation). Now and then it holds the lock longer than its
-// ttl, so that renewals keep it. One holder in four trusts its fence
-// instead: it does not check ctx, and goes on writing after its lock was
-// lost (a holder paused just before a write does the same); SetFenced
-// must refuse such a write once a newer holder has written.
-func (w *worker) use(stop, ctx context.Context, h *hold, fence int64) {
+// use reads and writes the resource of each key held a few times (a set
+// writes each key's with that key's fence), pausing between operations,
+// until stop or until the lock's ctx is seen done (checked before each
+// operation). Now and then it holds the lock longer than its ttl, so that
+// renewals keep it. One holder in four trusts its fence instead: it does
+// not check ctx, and goes on writing after its lock was lost (a holder
+// paused just before a write does the same); SetFenced must refuse such a
+// write once a newer holder has written.
+func (w *worker) use(stop, ctx context.Context, h *hold) {
 	ops := 1 + w.rng.IntN(3)
 	long := w.rng.IntN(20) == 0
 	trusting := w.rng.IntN(4) == 0
@@ -476,10 +593,12 @@ func (w *worker) use(stop, ctx context.Context, h *hold, fence int64) {
 			return
 		}
 		h.sampleUntil()
-		if h.mode != ModeReader {
-			w.write(h, fence, i)
+		for k, key := range h.keys {
+			if h.mode != ModeReader {
+				w.write(h, key, h.fences[k], i)
+			}
+			w.read(h, key)
 		}
-		w.read(h)
 		pause := w.rng.Int64N(int64(w.p.cfg.HoldMax) + 1)
 		if long && i == 0 {
 			pause = int64(w.p.cfg.TTL) * (5 + w.rng.Int64N(11)) / 10 // 0.5 to 1.5 ttl
@@ -488,9 +607,10 @@ func (w *worker) use(stop, ctx context.Context, h *hold, fence int64) {
 	}
 }
 
-// write writes a value no other write writes, with SetFenced.
-func (w *worker) write(h *hold, fence int64, i int) {
-	ev := Event{Type: EvWrite, Proc: w.p.cfg.Proc, Worker: w.n, Hold: h.id, Key: resourceOf(h.key), Fence: fence,
+// write writes to key's resource a value no other write writes, with
+// SetFenced.
+func (w *worker) write(h *hold, key string, fence int64, i int) {
+	ev := Event{Type: EvWrite, Proc: w.p.cfg.Proc, Worker: w.n, Hold: h.id, Key: resourceOf(key), Fence: fence,
 		Value: fmt.Sprintf("%d.%d.%d.%d", w.p.cfg.Proc, w.n, h.id, i)}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -508,9 +628,9 @@ func (w *worker) write(h *hold, fence int64, i int) {
 	w.p.out.emit(ev)
 }
 
-// read reads the resource's value and fence with a plain HMGET.
-func (w *worker) read(h *hold) {
-	ev := Event{Type: EvRead, Proc: w.p.cfg.Proc, Worker: w.n, Hold: h.id, Key: resourceOf(h.key)}
+// read reads key's resource's value and fence with a plain HMGET.
+func (w *worker) read(h *hold, key string) {
+	ev := Event{Type: EvRead, Proc: w.p.cfg.Proc, Worker: w.n, Hold: h.id, Key: resourceOf(key)}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	ev.Invoke = Now()

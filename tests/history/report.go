@@ -52,7 +52,8 @@ func faultCounts(h *History) string {
 
 // WriteTable writes the run's table in Markdown: a row per deployment and
 // faults (episodes of the same pair summed), with the operations checked,
-// the acquisitions and how many of them the library said were lost, the
+// the acquisitions (how many of them were sets of keys) and how many of
+// them the library said were lost, the
 // waits judged after the heal and the longest, the writes made after the
 // writer's right had ended, and per property the anomalies and the
 // expected consequences of documented limits ("anomalies/expected").
@@ -60,7 +61,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	type row struct {
 		deploy, faults                   string
 		episodes, ops, holds, injections int
-		lost                             int
+		sets, lost                       int
 		judged, staleRefused, staleTaken int
 		maxWait                          int64
 		counts                           map[string][2]int
@@ -79,9 +80,11 @@ func (r *Report) WriteTable(w io.Writer) {
 		}
 		rw.episodes++
 		rw.ops += h.Ops
-		rw.holds += len(h.Holds)
+		n, sets := h.Acquisitions()
+		rw.holds += n
+		rw.sets += sets
 		for _, hd := range h.Holds {
-			if hd.Lost {
+			if hd.Lost && hd.first() {
 				rw.lost++
 			}
 		}
@@ -99,7 +102,7 @@ func (r *Report) WriteTable(w io.Writer) {
 			rw.register[v]++
 		}
 	}
-	fmt.Fprintf(w, "| deployment | faults | episodes | faults injected | operations | acquisitions | lost | waits after heal: n, longest | stale writes: refused, taken |")
+	fmt.Fprintf(w, "| deployment | faults | episodes | faults injected | operations | acquisitions (sets) | lost | waits after heal: n, longest | stale writes: refused, taken |")
 	for _, p := range Properties {
 		fmt.Fprintf(w, " %s |", p)
 	}
@@ -111,8 +114,8 @@ func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintln(w)
 	total := row{counts: map[string][2]int{}}
 	for _, rw := range rows {
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %d | %d, %s | %d, %d |", rw.deploy, rw.faults, rw.episodes, rw.injections, rw.ops, rw.holds,
-			rw.lost, rw.judged, time.Duration(rw.maxWait).Round(time.Millisecond), rw.staleRefused, rw.staleTaken)
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d (%d) | %d | %d, %s | %d, %d |", rw.deploy, rw.faults, rw.episodes, rw.injections, rw.ops, rw.holds,
+			rw.sets, rw.lost, rw.judged, time.Duration(rw.maxWait).Round(time.Millisecond), rw.staleRefused, rw.staleTaken)
 		for _, p := range Properties {
 			c := rw.counts[p]
 			fmt.Fprintf(w, " %d/%d |", c[0], c[1])
@@ -124,14 +127,15 @@ func (r *Report) WriteTable(w io.Writer) {
 		total.injections += rw.injections
 		total.ops += rw.ops
 		total.holds += rw.holds
+		total.sets += rw.sets
 		total.lost += rw.lost
 		total.judged += rw.judged
 		total.maxWait = max(total.maxWait, rw.maxWait)
 		total.staleRefused += rw.staleRefused
 		total.staleTaken += rw.staleTaken
 	}
-	fmt.Fprintf(w, "| **all** | | %d | %d | %d | %d | %d | %d, %s | %d, %d |", total.episodes, total.injections, total.ops, total.holds,
-		total.lost, total.judged, time.Duration(total.maxWait).Round(time.Millisecond), total.staleRefused, total.staleTaken)
+	fmt.Fprintf(w, "| **all** | | %d | %d | %d | %d (%d) | %d | %d, %s | %d, %d |", total.episodes, total.injections, total.ops, total.holds,
+		total.sets, total.lost, total.judged, time.Duration(total.maxWait).Round(time.Millisecond), total.staleRefused, total.staleTaken)
 	for _, p := range Properties {
 		c := total.counts[p]
 		fmt.Fprintf(w, " %d/%d |", c[0], c[1])
@@ -144,8 +148,9 @@ func (r *Report) WriteTable(w io.Writer) {
 func (r *Report) WriteDetails(w io.Writer, perKind int) {
 	for i, res := range r.Results {
 		h := res.History
-		fmt.Fprintf(w, "episode %d: %s, %s: %d operations, %d acquisitions, heal at %s, stop at %s\n",
-			i, h.Deploy, faultCounts(h), h.Ops, len(h.Holds), ms(h.Heal), ms(h.Stop))
+		n, sets := h.Acquisitions()
+		fmt.Fprintf(w, "episode %d: %s, %s: %d operations, %d acquisitions (%d sets), heal at %s, stop at %s\n",
+			i, h.Deploy, faultCounts(h), h.Ops, n, sets, ms(h.Heal), ms(h.Stop))
 		for _, f := range h.Faults {
 			fmt.Fprintf(w, "  fault %s on %s: %s-%s\n", f.Kind, f.Target, ms(f.Start), ms(f.End))
 		}

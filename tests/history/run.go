@@ -163,9 +163,9 @@ func RunEpisode(t testing.TB, ep Episode, n int, seed uint64, resource string) *
 	t.Helper()
 	d := ep.Deploy
 	prefix := fmt.Sprintf("h%de%d:", seed, n)
-	keys := keySpecs(prefix, d.Kinds)
+	keys := keySpecs(prefix, d.Kinds, d.Sets)
 	base := ChildConfig{
-		Seed: seed*1000 + uint64(n), Deploy: d.Config, Resource: resource, Keys: keys,
+		Seed: seed*1000 + uint64(n), Deploy: d.Config, Resource: resource, Keys: keys, Sets: d.Sets,
 		Workers: ep.Workers, TTL: d.TTL, Wait: d.Bound + 5*time.Second, Margin: ep.Margin,
 		HoldMax: 15 * time.Millisecond, ThinkMax: 20 * time.Millisecond,
 	}
