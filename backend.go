@@ -115,14 +115,14 @@ func (d deployment) inspect(ctx context.Context, key string) (Info, error) {
 // renewReplyOf is the reply to a renewal of key that answered cmd, in a
 // pipeline that acked replicas acknowledged (r asks for r.n).
 func renewReplyOf(cmd *redis.Cmd, key string, r replicas, acked int64) renewReply {
-	code, fence, err := parseRefresh(cmd)
+	code, fences, err := parseRefresh(cmd)
 	switch {
 	case err != nil:
 		return renewReply{err: failed("renew", key, err)}
 	case code == replyOK && int(acked) < r.n:
 		return renewReply{err: failed("renew", key, notReplicated(r, acked, "the renewal does not count"))}
 	}
-	return renewReply{code: code, fence: fence}
+	return renewReply{code: code, fences: fences}
 }
 
 // release releases lk with release.lua, which hands the key to the next

@@ -205,13 +205,13 @@ func (lk *Lock) lease() (until time.Time, ttl time.Duration) {
 
 // A renewReply is the outcome of one command that sets a lease: err when
 // it failed (it may have run, or run later), else the code of renew.lua's
-// reply: replyOK (the lease was set, with fence when one was asked for),
+// reply: replyOK (the lease was set, with fences when asked for),
 // replySuperseded (held, but Redis had run a command of a later generation:
 // not set) or replyNotOurs (not held: lost).
 type renewReply struct {
-	code  int64
-	fence int64
-	err   error
+	code   int64
+	fences []int64 // issued, one per key (when asked for)
+	err    error
 }
 
 func (r renewReply) set() bool  { return r.err == nil && r.code == replyOK }
@@ -293,7 +293,10 @@ func (s leaseSet) done(r renewReply) {
 		lk.moveExpiry()
 	}
 	if r.set() && s.args.fenced {
-		lk.fence = r.fence
+		lk.fence = r.fences[0]
+		if lk.set != nil {
+			lk.fences = r.fences
+		}
 	}
 }
 

@@ -581,17 +581,25 @@ func (a refreshArgs) call(ks keyspace) scriptCall {
 }
 
 // parseRefresh reads renew.lua's (renew_shared.lua's) reply: its code
-// (replyOK, replySuperseded or replyNotOurs) and the fence it issued.
-func parseRefresh(cmd *redis.Cmd) (code, fence int64, err error) {
-	code, v, err := codeAndValue(cmd)
-	switch {
-	case err != nil:
-		return 0, 0, err
-	case code == replyNoFence:
-		return 0, 0, refusal{fmt.Errorf("%w: %v", errFenceNotIssued, v)}
+// (replyOK, replySuperseded or replyNotOurs) and the fences it issued, one
+// per key.
+func parseRefresh(cmd *redis.Cmd) (code int64, fences []int64, err error) {
+	res, err := cmd.Slice()
+	if err != nil {
+		return 0, nil, err
 	}
-	fence, _ = v.(int64)
-	return code, fence, nil
+	code, ok := replyInt(res, 0)
+	switch {
+	case !ok || len(res) < 2:
+		return 0, nil, fmt.Errorf("unexpected reply %v", res)
+	case code == replyNoFence:
+		return 0, nil, refusal{fmt.Errorf("%w: %v", errFenceNotIssued, res[1])}
+	}
+	for i := 1; i < len(res); i++ {
+		f, _ := replyInt(res, i)
+		fences = append(fences, f)
+	}
+	return code, fences, nil
 }
 
 // runPTTL runs pttl.lua (pttl_shared.lua): the lease left of token at

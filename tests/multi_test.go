@@ -540,3 +540,35 @@ func TestObtainMulti_FrozenRedisLeavesNothing(t *testing.T) {
 		assert.Empty(t, queued(t, rdb, k), "a place left in %s's line", k)
 	}
 }
+
+// A set's lease is kept and refreshed as one key's is: KeepAlive renews
+// every key of a set with a 300 ms lease for a second, no renewal failing;
+// Refresh sets every key's lease; TTL is the shortest of them; Release then
+// releases the set (on one node, and on a set whose keys share a slot).
+func TestObtainMulti_KeptAndRefreshed(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	var failures atomic.Int32
+	locker := redislock.New(rdb, redislock.WithHooks(redislock.Hooks{Renew: func(_ context.Context, e redislock.RenewEvent) {
+		if e.Outcome != redislock.OutcomeRenewed {
+			failures.Add(1)
+			t.Logf("renewal: %s %v", e.Outcome, e.Err)
+		}
+	}}))
+	for _, mode := range []redislock.Option{redislock.WithExclusive(), redislock.WithShared()} {
+		keys := []string{"kept:a", "kept:b", "kept:c"}
+		lk, err := locker.ObtainMulti(ctx, keys, 300*time.Millisecond, mode)
+		require.NoError(t, err)
+		kept := lk.KeepAlive(ctx)
+		time.Sleep(time.Second)
+		require.NoError(t, kept.Err(), "a kept set was told it is lost")
+		assert.Zero(t, failures.Load(), "renewals of a set failed")
+		require.NoError(t, lk.Refresh(ctx, 5*time.Second))
+		left, err := lk.TTL(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, left, 4*time.Second, "TTL after Refresh(5s)")
+		require.NoError(t, lk.Release(ctx))
+		assert.Zero(t, rdb.Exists(ctx, keys...).Val())
+	}
+}
