@@ -54,8 +54,14 @@ type summary struct {
 	fairness             float64
 	handoffP50           time.Duration
 	handoffP99           time.Duration
+	waitP50              time.Duration
 	waitP99, waitMax     time.Duration
 	others               float64 // share of a core other programs used (NaN: unknown)
+	runs                 int     // samples: 0 if the configuration did not run in the setup
+
+	// Set setups only.
+	waitBySize map[int]time.Duration // median p99 wait of the sets of each size
+	keysPerAcq float64               // keys per set, all repetitions
 
 	acquired, handoffs, reacquired                      int
 	timeouts, gaveUp, releaseErrs, overlaps, torn, lost int
@@ -75,9 +81,12 @@ func summarize(ss []sample) summary {
 		fairness:   median(ss, func(s sample) float64 { return s.stats.fairness }),
 		handoffP50: median(ss, func(s sample) time.Duration { return s.stats.handoffP50 }),
 		handoffP99: median(ss, func(s sample) time.Duration { return s.stats.handoffP99 }),
+		waitP50:    median(ss, func(s sample) time.Duration { return s.stats.waitP50 }),
 		waitP99:    median(ss, func(s sample) time.Duration { return s.stats.waitP99 }),
 		waitMax:    median(ss, func(s sample) time.Duration { return s.stats.waitMax }),
 		others:     median(ss, func(s sample) float64 { return s.others }),
+		runs:       len(ss),
+		waitBySize: medianBySize(ss),
 	}
 	sm.perSecSpread = spread(ss, sm.perSec, func(s sample) float64 { return s.stats.perSec })
 	sm.cpuSpread = spread(ss, sm.cpuPerAcq, func(s sample) float64 { return perAcq(s.cpu, acq(s)) })
@@ -88,8 +97,10 @@ func summarize(ss []sample) summary {
 // addCounts totals the counts of the samples and pools their command mix.
 func (sm *summary) addCounts(ss []sample) {
 	calls := make(map[string]int64)
+	setKeys := 0
 	for _, s := range ss {
 		st := s.stats
+		setKeys += st.setKeys
 		sm.acquired += st.acquired
 		sm.handoffs += st.handoffs
 		sm.reacquired += st.reacquired
@@ -105,6 +116,32 @@ func (sm *summary) addCounts(ss []sample) {
 		}
 	}
 	sm.mix = mixOf(calls, sm.acquired)
+	sm.keysPerAcq = perAcq(float64(setKeys), sm.acquired)
+}
+
+// medianBySize returns, per set size, the median over the samples of the
+// p99 wait of the sets of that size (of the samples that have any); nil
+// outside the set setups.
+func medianBySize(ss []sample) map[int]time.Duration {
+	var out map[int]time.Duration
+	for _, s := range ss {
+		for size := range s.stats.waitBySize {
+			if _, done := out[size]; done {
+				continue
+			}
+			var vs []time.Duration
+			for _, t := range ss {
+				if v, ok := t.stats.waitBySize[size]; ok {
+					vs = append(vs, v)
+				}
+			}
+			if out == nil {
+				out = make(map[int]time.Duration)
+			}
+			out[size] = median(vs, func(v time.Duration) time.Duration { return v })
+		}
+	}
+	return out
 }
 
 // addCalls adds the calls of a commandstats delta to calls.
@@ -146,12 +183,17 @@ func (r *results) othersLoad(s setup) (med, most float64, ok bool) {
 	return median(vs, func(v float64) float64 { return v }), slices.Max(vs), true
 }
 
+// ranAny reports whether configuration c ran in any of the setups.
+func (r *results) ranAny(c config) bool {
+	return slices.ContainsFunc(r.setups, func(s setup) bool { return s.runs(c) })
+}
+
 // bestPeer returns the index of the peer configuration with the most
 // critical sections per second in sums, or -1 if none was run.
 func bestPeer(cfgs []config, sums []summary) int {
 	best := -1
 	for i, c := range cfgs {
-		if !c.ours() && (best < 0 || sums[i].perSec > sums[best].perSec) {
+		if !c.ours() && sums[i].runs > 0 && (best < 0 || sums[i].perSec > sums[best].perSec) {
 			best = i
 		}
 	}

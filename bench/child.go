@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,7 +19,8 @@ type childFlags struct {
 	lockKey    string
 	counterKey string
 	checkKey   string
-	startAt    int64 // Unix nanoseconds
+	startAt    int64  // Unix nanoseconds
+	setPrefix  string // a set setup's: the prefix of its keys (see setKeysFor)
 }
 
 // childLead is how long before the start of a multi-process run its
@@ -46,8 +48,12 @@ func runChild(ctx context.Context, f flags, c childFlags) error {
 		return fmt.Errorf("child: %w", err)
 	}
 	defer l.close()
+	k := keys{lock: c.lockKey, counter: c.counterKey, check: c.checkKey}
+	if c.setPrefix != "" {
+		k.set = setKeysFor(c.setPrefix, setShape{keys: f.setKeys, min: f.setMin, max: f.setMax}, f.workers)
+	}
 	r := l.run(ctx, contendParams{
-		keys:     keys{lock: c.lockKey, counter: c.counterKey, check: c.checkKey},
+		keys:     k,
 		workers:  f.workers,
 		start:    time.Unix(0, c.startAt),
 		duration: f.duration,
@@ -68,6 +74,9 @@ func runChild(ctx context.Context, f flags, c childFlags) error {
 // ctx ends (the parent is interrupted), atStart fails or one of them fails,
 // and by the kernel if the parent dies.
 func contendProcs(parent context.Context, f flags, cfg config, s setup, k keys, atStart func() error) (run, error) {
+	if k.set != nil && k.set.shape.disjoint {
+		return run{}, errors.New("a disjoint set setup runs in one process") // each child's workers would draw the same keys
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return run{}, err
@@ -121,7 +130,7 @@ func contendProcs(parent context.Context, f flags, cfg config, s setup, k keys, 
 
 // childArgs are the command-line arguments of a child of contendProcs.
 func childArgs(f flags, cfg config, s setup, k keys, startAt time.Time) []string {
-	return []string{
+	args := []string{
 		"-child", cfg.name,
 		"-redis", f.redisURL,
 		"-lock-key", k.lock,
@@ -133,6 +142,12 @@ func childArgs(f flags, cfg config, s setup, k keys, startAt time.Time) []string
 		"-bound", f.bound.String(),
 		"-cs", s.sleep.String(),
 	}
+	if k.set != nil {
+		sh := k.set.shape
+		args = append(args, "-set-prefix", k.set.prefix,
+			"-set-keys", strconv.Itoa(sh.keys), "-set-min", strconv.Itoa(sh.min), "-set-max", strconv.Itoa(sh.max))
+	}
+	return args
 }
 
 // mergeRuns joins the children's runs into one over the common window.

@@ -13,9 +13,10 @@ import (
 
 // keys are the Redis keys of one run.
 type keys struct {
-	lock    string // the one lock everyone fights for
-	counter string // incremented non-atomically under the lock
-	check   string // set to the counter's new value after it, under the lock
+	lock    string   // the one lock everyone fights for
+	counter string   // incremented non-atomically under the lock
+	check   string   // set to the counter's new value after it, under the lock
+	set     *setKeys // a set setup's keys, which it uses instead; nil otherwise
 }
 
 // keysFor returns the keys of a run, all starting with prefix.
@@ -41,6 +42,7 @@ type workerResult struct {
 	Torn        int      `json:"torn"`         // critical sections that read counter and check out of step
 	Errors      []string `json:"errors,omitempty"`
 	Records     []record `json:"records"`
+	Sets        [][]int  `json:"sets,omitempty"` // set setups: each record's set (indices of its keys)
 }
 
 // run is the outcome of one contended run, from one or several processes.
@@ -83,7 +85,11 @@ func contend(ctx context.Context, p contendParams) run {
 	r.End = r.Start + int64(time.Until(end))
 	var wg sync.WaitGroup
 	for i := range r.Workers {
-		wg.Go(func() { r.Workers[i] = worker(ctx, p, end) })
+		if p.keys.set != nil {
+			wg.Go(func() { r.Workers[i] = setWorker(ctx, p, end, i) })
+		} else {
+			wg.Go(func() { r.Workers[i] = worker(ctx, p, end) })
+		}
 	}
 	wg.Wait()
 	return r
@@ -100,15 +106,7 @@ func worker(ctx context.Context, p contendParams, end time.Time) workerResult {
 		timedOut := isTimeout(actx)
 		cancel()
 		if err != nil {
-			switch {
-			case ctx.Err() != nil: // interrupted
-			case timedOut:
-				w.Timeouts++
-			default:
-				w.GaveUp++
-				w.Errors = keepError(w.Errors, err.Error(), 3)
-				time.Sleep(time.Millisecond) // no busy loop on a broken Redis
-			}
+			w.failed(ctx, err, timedOut)
 			continue
 		}
 		acquired := p.clock()
@@ -116,16 +114,36 @@ func worker(ctx context.Context, p contendParams, end time.Time) workerResult {
 			w.Torn++
 		}
 		released := p.clock()
-		rctx, rcancel := context.WithTimeout(context.Background(), p.bound)
-		if err := unlock(rctx); err != nil {
-			w.ReleaseErrs++
-			w.Errors = keepError(w.Errors, err.Error(), 3)
-		}
-		rcancel()
+		w.release(unlock, p.bound)
 		w.Acquired++
 		w.Records = append(w.Records, record{asked, acquired, released})
 	}
 	return w
+}
+
+// failed counts a lock attempt that failed with err: a timeout if it hit
+// the bound, nothing if the bench was interrupted (ctx ended), an error
+// otherwise.
+func (w *workerResult) failed(ctx context.Context, err error, timedOut bool) {
+	switch {
+	case ctx.Err() != nil: // interrupted
+	case timedOut:
+		w.Timeouts++
+	default:
+		w.GaveUp++
+		w.Errors = keepError(w.Errors, err.Error(), 3)
+		time.Sleep(time.Millisecond) // no busy loop on a broken Redis
+	}
+}
+
+// release releases a lock, bounded by bound, and counts an error.
+func (w *workerResult) release(unlock func(context.Context) error, bound time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	if err := unlock(ctx); err != nil {
+		w.ReleaseErrs++
+		w.Errors = keepError(w.Errors, err.Error(), 3)
+	}
 }
 
 // criticalSection is the work done under the lock, four calls on the data
@@ -188,6 +206,7 @@ type contendStats struct {
 	handoffP50  time.Duration
 	handoffP99  time.Duration
 	handoffs    int // hand-offs measured
+	waitP50     time.Duration
 	waitP99     time.Duration
 	waitMax     time.Duration
 	timeouts    int
@@ -195,18 +214,28 @@ type contendStats struct {
 	releaseErrs int
 	torn        int // critical sections that read counter and check out of step
 	reacquired  int // acquisitions by the worker that held the lock just before
-	overlaps    int // an acquisition before the previous holder began to release
+	overlaps    int // an acquisition before the previous holder (of a key, in a set setup) began to release
 	errors      []string
+
+	// Set setups only.
+	keyAcq     []int                 // acquisitions that held each key
+	setKeys    int                   // keys locked, over all acquisitions
+	waitBySize map[int]time.Duration // p99 wait of the sets of each size
+}
+
+// acq is an acquisition of a run: its record, its worker and, in a set
+// setup, its set.
+type acq struct {
+	record
+	worker int
+	set    []int
 }
 
 // analyse summarises a run: throughput in its window, fairness, waits,
-// hand-offs and failures.
-func analyse(r run) contendStats {
+// failures, and the hand-offs of the lock key or, in a set setup (set not
+// nil), what analyseSets finds.
+func analyse(r run, set *setKeys) contendStats {
 	var s contendStats
-	type acq struct {
-		record
-		worker int
-	}
 	var all []acq
 	least := math.MaxInt
 	for i, w := range r.Workers {
@@ -216,8 +245,12 @@ func analyse(r run) contendStats {
 		s.releaseErrs += w.ReleaseErrs
 		s.torn += w.Torn
 		least = min(least, w.Acquired)
-		for _, rec := range w.Records {
-			all = append(all, acq{rec, i})
+		for j, rec := range w.Records {
+			a := acq{record: rec, worker: i}
+			if j < len(w.Sets) {
+				a.set = w.Sets[j]
+			}
+			all = append(all, a)
 		}
 		for _, e := range w.Errors {
 			s.errors = keepError(s.errors, e, 5)
@@ -236,8 +269,13 @@ func analyse(r run) contendStats {
 		waits = append(waits, a.acquired()-a.asked())
 	}
 	s.perSec = float64(inWindow) / (float64(r.End-r.Start) / float64(time.Second))
+	s.waitP50 = time.Duration(percentile(waits, 0.50))
 	s.waitP99 = time.Duration(percentile(waits, 0.99))
 	s.waitMax = time.Duration(percentile(waits, 1))
+	if set != nil {
+		analyseSets(&s, len(set.locks), all)
+		return s
+	}
 
 	// A hand-off is from a holder starting its release to another worker,
 	// which was already asking then, acquiring. The holder taking the lock

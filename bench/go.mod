@@ -3,7 +3,7 @@ module github.com/seed5e0b76d9/redislock/bench
 go 1.26.0
 
 require (
-	github.com/bsm/redislock v0.9.4
+	github.com/bsm/redislock v0.10.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/seed5e0b76d9/redislock v0.0.0-00010101000000-000000000000

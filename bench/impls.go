@@ -118,6 +118,23 @@ func (o *oursImpl) lock(ctx context.Context, key string) (func(context.Context) 
 	return lk.Release, nil
 }
 
+// lockMulti takes keys as one lock with ObtainMulti: it waits in each
+// key's line, until ctx's deadline (or, noCancel, until it gets them).
+func (o *oursImpl) lockMulti(ctx context.Context, keys []string) (func(context.Context) error, error) {
+	if o.noCancel {
+		lk, err := o.l.ObtainMulti(context.WithoutCancel(ctx), keys, leaseTTL)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error { return lk.Release(context.WithoutCancel(ctx)) }, nil
+	}
+	lk, err := o.l.ObtainMulti(ctx, keys, leaseTTL)
+	if err != nil {
+		return nil, err
+	}
+	return lk.Release, nil
+}
+
 // lockNoCancel waits for the key until it gets it, with a ctx that cannot
 // end.
 func (o *oursImpl) lockNoCancel(ctx context.Context, key string) (func(context.Context) error, error) {
@@ -140,6 +157,17 @@ func (b *bsmImpl) name() string { return b.n }
 
 func (b *bsmImpl) lock(ctx context.Context, key string) (func(context.Context) error, error) {
 	lk, err := b.c.Obtain(ctx, key, leaseTTL, &bsm.Options{RetryStrategy: b.retry()})
+	if err != nil {
+		return nil, err
+	}
+	return lk.Release, nil
+}
+
+// lockMulti takes keys as one lock with ObtainMulti (one script over all
+// the keys, all or none), retrying per the RetryStrategy until ctx's
+// deadline.
+func (b *bsmImpl) lockMulti(ctx context.Context, keys []string) (func(context.Context) error, error) {
+	lk, err := b.c.ObtainMulti(ctx, keys, leaseTTL, &bsm.Options{RetryStrategy: b.retry()})
 	if err != nil {
 		return nil, err
 	}

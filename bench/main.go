@@ -21,6 +21,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	ours "github.com/seed5e0b76d9/redislock"
 )
 
 // flags are the command line of the parent (and, with childFlags, of a
@@ -41,6 +43,9 @@ type flags struct {
 	scale       int
 	mkWorkers   int
 	mkKeys      int
+	setKeys     int
+	setMin      int
+	setMax      int
 }
 
 func main() {
@@ -49,7 +54,7 @@ func main() {
 	flag.StringVar(&f.redisURL, "redis", "", "use the Redis at this URL (redis://host:port/db) instead of starting redis-server; keys get a unique prefix and nothing is flushed")
 	flag.StringVar(&f.out, "out", "", "also write the report (markdown) to this file")
 	flag.StringVar(&f.only, "only", "", "comma-separated configurations to run, e.g. ours,bsm-linear-1ms,bsm/auto; an implementation of the many-keys setup (ours, bsm, redsync, floor) selects it on both clients (default: all)")
-	flag.StringVar(&f.setups, "setups", "", "comma-separated setups to run, of 1p-sleep, 1p-short, Np-sleep, Np-short with N = -procs, many-keys (default: all)")
+	flag.StringVar(&f.setups, "setups", "", "comma-separated setups to run, of 1p-sleep, 1p-short, Np-sleep, Np-short, 1p-<scale>, Np-<scale/N>, 1p-sets, Np-sets, 1p-sets-disjoint with N = -procs, many-keys (default: all)")
 	flag.DurationVar(&f.duration, "duration", 3*time.Second, "length of each contended or many-keys run and of each run of the critical section alone")
 	flag.DurationVar(&f.bound, "bound", 5*time.Second, "give up on one acquisition after this long (counted as a timeout)")
 	flag.DurationVar(&f.cs, "cs", time.Millisecond, "sleep in the middle of the critical section of the *-sleep setups (in a child: of its run)")
@@ -61,11 +66,15 @@ func main() {
 	flag.IntVar(&f.scale, "scale", 1000, "goroutines of the scale setups: all in one process (1p-<scale>), and split over -procs processes (<procs>p-<scale/procs>)")
 	flag.IntVar(&f.mkWorkers, "mk-workers", 32, "goroutines of the many-keys setup")
 	flag.IntVar(&f.mkKeys, "mk-keys", 100_000, "keys of the many-keys setup, each cycle picks one at random")
+	flag.IntVar(&f.setKeys, "set-keys", 8, "keys of the pool the workers of 1p-sets and Np-sets draw their sets from (one hash tag)")
+	flag.IntVar(&f.setMin, "set-min", 2, "fewest keys of a set in the set setups")
+	flag.IntVar(&f.setMax, "set-max", 4, fmt.Sprintf("most keys of a set in the set setups (at most %d), and each worker's own keys in 1p-sets-disjoint", ours.MaxKeys))
 	flag.StringVar(&c.impl, "child", "", "internal: run as a child process for this implementation")
 	flag.StringVar(&c.lockKey, "lock-key", "", "internal: child's lock key")
 	flag.StringVar(&c.counterKey, "counter-key", "", "internal: child's counter key")
 	flag.StringVar(&c.checkKey, "check-key", "", "internal: child's check key")
 	flag.Int64Var(&c.startAt, "start-at", 0, "internal: child's start time, Unix nanoseconds")
+	flag.StringVar(&c.setPrefix, "set-prefix", "", "internal: the prefix of the child's set keys (a set setup)")
 	flag.Parse()
 	if flag.NArg() > 0 || !f.valid(c.impl != "") {
 		flag.Usage()
@@ -90,7 +99,8 @@ func main() {
 // valid reports whether the flags make sense; a child's critical section
 // may have no sleep.
 func (f flags) valid(child bool) bool {
-	ok := f.duration > 0 && f.bound > 0 && f.cs >= 0 && f.workers > 0
+	ok := f.duration > 0 && f.bound > 0 && f.cs >= 0 && f.workers > 0 &&
+		f.setMin > 0 && f.setMin <= f.setMax && f.setMax <= f.setKeys && f.setMax <= ours.MaxKeys
 	if child {
 		return ok
 	}
@@ -151,9 +161,7 @@ func selectRuns(f flags) ([]config, []setup, []mkConfig, error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if len(cfgs) == 0 {
-		setups = nil
-	}
+	setups = slices.DeleteFunc(setups, func(s setup) bool { return !slices.ContainsFunc(cfgs, s.runs) })
 	if !manyKeys {
 		mkCfgs = nil
 	}

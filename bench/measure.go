@@ -64,7 +64,16 @@ var csCalls = map[string]int64{"get": 2, "set": 2}
 // each, the configurations back to back in an order that rotates from one
 // repetition to the next.
 func (h *harness) measureAll(ctx context.Context, res *results) error {
-	p := progress{total: h.f.repeat * (len(res.setups)*(len(res.cfgs)+1) + len(res.mkCfgs))}
+	runs := len(res.mkCfgs)
+	for _, s := range res.setups {
+		runs++ // the critical section alone
+		for _, c := range res.cfgs {
+			if s.runs(c) {
+				runs++
+			}
+		}
+	}
+	p := progress{total: h.f.repeat * runs}
 	for rep := range h.f.repeat {
 		for _, s := range res.setups {
 			if err := h.measureSetup(ctx, res, s, rep, &p); err != nil {
@@ -82,21 +91,33 @@ func (h *harness) measureAll(ctx context.Context, res *results) error {
 // alone and then s for every configuration, adding to res.
 func (h *harness) measureSetup(ctx context.Context, res *results, s setup, rep int, p *progress) error {
 	p.log("rep %d, %s: critical section alone", rep+1, s.name)
-	a, err := h.measureAlone(ctx, s, h.prefix+fmt.Sprintf("alone:%s:%d:", s.name, rep))
+	a, err := h.measureAlone(ctx, s, runKeys(h.prefix+fmt.Sprintf("alone:%s:%d:", s.name, rep), s))
 	if err != nil {
 		return fmt.Errorf("%s alone: %w", s.name, err)
 	}
 	res.alone[s.name] = append(res.alone[s.name], a)
 	return rotated(len(res.cfgs), rep, func(i int) error {
 		cfg := res.cfgs[i]
+		if !s.runs(cfg) {
+			return nil
+		}
 		p.log("rep %d, %s: %s", rep+1, s.name, cfg.name)
-		sm, err := h.measure(ctx, cfg, s, keysFor(h.prefix+fmt.Sprintf("%s:%s:%d:", cfg.name, s.name, rep)))
+		sm, err := h.measure(ctx, cfg, s, runKeys(h.prefix+fmt.Sprintf("%s:%s:%d:", cfg.name, s.name, rep), s))
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", s.name, cfg.name, err)
 		}
 		res.runs[s.name][i] = append(res.runs[s.name][i], sm)
 		return nil
 	})
+}
+
+// runKeys returns the keys of a run of setup s, all starting with prefix.
+func runKeys(prefix string, s setup) keys {
+	k := keysFor(prefix)
+	if s.set != nil {
+		k.set = setKeysFor(prefix, *s.set, s.procs*s.workers)
+	}
+	return k
 }
 
 // rotated calls f with 0 to n-1, beginning at rep mod n, so that the order
@@ -147,14 +168,21 @@ func (h *harness) measure(ctx context.Context, cfg config, s setup, k keys) (sam
 	if err != nil {
 		return sample{}, err
 	}
-	sm := sample{stats: analyse(r)}
+	sm := sample{stats: analyse(r, k.set)}
 	sm.cpu, sm.others = usage(before, after)
-	if sm.lost, err = lostUpdates(ctx, h.admin, k.counter, sm.stats.acquired); err != nil {
+	css := sm.stats.acquired // critical sections of one key
+	if k.set != nil {
+		sm.lost, err = lostSetUpdates(ctx, h.admin, k.set, sm.stats.keyAcq)
+		css = sm.stats.setKeys
+	} else {
+		sm.lost, err = lostUpdates(ctx, h.admin, k.counter, sm.stats.acquired)
+	}
+	if err != nil {
 		return sample{}, err
 	}
 	sm.srvCmds = statsDelta(before.srv.calls, after.srv.calls)
 	for cmd, n := range csCalls {
-		sm.srvCmds[cmd] -= n * int64(sm.stats.acquired)
+		sm.srvCmds[cmd] -= n * int64(css)
 	}
 	sm.lockCmds = r.LockCmds + subscriptionCmds(sm.srvCmds)
 	return sm, nil
@@ -181,27 +209,37 @@ func (h *harness) contendHere(ctx context.Context, cfg config, s setup, k keys, 
 }
 
 // measureAlone runs the critical section of setup s alone (one worker, no
-// lock) for -duration, from an empty Redis when the harness owns it, and
+// lock; in a set setup, as many workers as the setup has, no lock) for
+// -duration on keys k, from an empty Redis when the harness owns it, and
 // reads the server's CPU around it.
-func (h *harness) measureAlone(ctx context.Context, s setup, prefix string) (aloneSample, error) {
+func (h *harness) measureAlone(ctx context.Context, s setup, k keys) (aloneSample, error) {
 	if err := h.prepare(ctx); err != nil {
 		return aloneSample{}, err
 	}
-	k := keysFor(prefix)
 	defer h.del(ctx, k)
 	data, err := newClient(h.f.redisURL)
 	if err != nil {
 		return aloneSample{}, err
 	}
 	defer data.Close()
-	if err := data.Ping(ctx).Err(); err != nil {
+	workers := 1
+	if s.set != nil {
+		workers = s.procs * s.workers
+	}
+	if err := warm(ctx, data, workers); err != nil {
 		return aloneSample{}, err
 	}
 	before, err := h.mark(ctx)
 	if err != nil {
 		return aloneSample{}, err
 	}
-	n, elapsed := alone(ctx, data, k, s.sleep, h.f.duration)
+	var n int
+	var elapsed time.Duration
+	if s.set != nil {
+		n, elapsed = aloneSets(ctx, data, k.set, workers, s.sleep, h.f.duration)
+	} else {
+		n, elapsed = alone(ctx, data, k, s.sleep, h.f.duration)
+	}
 	if err := ctx.Err(); err != nil {
 		return aloneSample{}, err
 	}
@@ -240,7 +278,11 @@ func (h *harness) prepare(ctx context.Context) error {
 // del removes a run's keys (for a server given by -redis, where nothing is
 // flushed).
 func (h *harness) del(ctx context.Context, k keys) {
-	h.admin.Del(context.WithoutCancel(ctx), k.lock, k.counter, k.check)
+	keys := []string{k.lock, k.counter, k.check}
+	if k.set != nil {
+		keys = append(keys, k.set.all()...)
+	}
+	h.admin.Del(context.WithoutCancel(ctx), keys...)
 }
 
 // delMatching removes, on a server given by -redis (where nothing is

@@ -19,7 +19,7 @@ import (
 // per configuration.
 func renderReport(ctx context.Context, f flags, admin *redis.Client, owned bool, res *results) string {
 	var b strings.Builder
-	writeHeader(ctx, &b, f, admin, owned, len(res.setups) > 0)
+	writeHeader(ctx, &b, f, admin, owned, res.setups)
 	writeSolo(&b, res)
 	sums := make(map[string][]summary)
 	for _, s := range res.setups {
@@ -38,9 +38,11 @@ func renderReport(ctx context.Context, f flags, admin *redis.Client, owned bool,
 	return b.String()
 }
 
-// writeHeader writes the title, the versions and what a contended run
-// does, if any ran.
-func writeHeader(ctx context.Context, b *strings.Builder, f flags, admin *redis.Client, owned, contended bool) {
+// writeHeader writes the title, the versions and what a contended run and
+// a run of a set setup do, if any ran.
+func writeHeader(ctx context.Context, b *strings.Builder, f flags, admin *redis.Client, owned bool, setups []setup) {
+	contended := slices.ContainsFunc(setups, func(s setup) bool { return s.set == nil })
+	sets := slices.ContainsFunc(setups, func(s setup) bool { return s.set != nil })
 	fmt.Fprintf(b, "## redislock benchmark\n\n")
 	fmt.Fprintf(b, "%s; %s; redis-server %s (%s); %d CPUs, %s.\n",
 		strings.Join(moduleVersions(), ", "), runtime.Version(), redisVersion(ctx, admin),
@@ -48,6 +50,10 @@ func writeHeader(ctx context.Context, b *strings.Builder, f flags, admin *redis.
 	if contended {
 		fmt.Fprintf(b, "Each contended run: workers fight for one lock key for %v; critical section = GET counter, GET check, [sleep %v], SET counter n+1, SET check n+1 on a data client of its own; lease %v; an acquisition is given up after %v.\n",
 			f.duration, f.cs, leaseTTL, f.bound)
+	}
+	if sets {
+		fmt.Fprintf(b, "Each run of a set setup lasts %v: every cycle a worker locks a set of keys as one lock (ours: Locker.ObtainMulti, default options; bsm: Client.ObtainMulti with the configuration's retry strategy; redsync has none), then, on a data client of its own, GETs counter:k and check:k of each key k in one pipeline and SETs both to n+1 in another; lease %v; an acquisition is given up after %v.\n",
+			f.duration, leaseTTL, f.bound)
 	}
 	if f.repeat > 1 {
 		fmt.Fprintf(b, "Every run repeated %d times: medians, spread = (max - min) / median; counts are totals.\n", f.repeat)
@@ -75,16 +81,66 @@ func writeSolo(b *strings.Builder, res *results) {
 func writeSetup(b *strings.Builder, f flags, s setup, res *results, sums []summary) {
 	a := summarizeAlone(res.alone[s.name])
 	fmt.Fprintf(b, "\n### %s: %s\n\n", s.name, s.describe())
-	fmt.Fprintf(b, "Critical section alone (one goroutine, no lock): %.0f CS/s, redis-server CPU %s µs per CS.", a.perSec, us(a.cpuPerCS))
+	if s.set != nil {
+		fmt.Fprintf(b, "Critical sections alone (%d goroutines drawing sets as the workers do, no lock): %.0f CS/s, redis-server CPU %s µs per CS.", s.procs*s.workers, a.perSec, us(a.cpuPerCS))
+	} else {
+		fmt.Fprintf(b, "Critical section alone (one goroutine, no lock): %.0f CS/s, redis-server CPU %s µs per CS.", a.perSec, us(a.cpuPerCS))
+	}
 	if med, most, ok := res.othersLoad(s); ok {
 		fmt.Fprintf(b, " Other programs on the machine used %s of a core during these runs (median; at most %s).", percent(max(med, 0)), percent(max(most, 0)))
 	}
 	b.WriteString("\n\n")
 	spreads := f.repeat > 1
+	if s.set != nil {
+		writeSetTable(b, s, res.cfgs, sums, a, spreads)
+		return
+	}
 	table := [][]string{{"impl", spreadHead("CS/s", spreads), "÷ alone", "lock cmds/acq", "srv cmds/acq", "srv CPU µs/acq", spreadHead("srv CPU µs/acq raw", spreads),
 		"fair", "hand-off p50/p99 ms", "wait p99/max ms", "timeouts", "gave up", "lost"}}
 	for i, c := range res.cfgs {
 		table = append(table, setupRow(c, sums[i], a, spreads))
+	}
+	writeTable(b, table)
+}
+
+// writeSetTable writes the table of a set setup: as a contended setup's,
+// with the median wait and the p99 wait of each set size in place of the
+// hand-offs, and without the configurations that did not run in it.
+func writeSetTable(b *strings.Builder, s setup, cfgs []config, sums []summary, a aloneSummary, spreads bool) {
+	var sizes []string
+	for n := s.set.min; n <= s.set.max; n++ {
+		sizes = append(sizes, fmt.Sprint(n))
+	}
+	table := [][]string{{"impl", spreadHead("CS/s", spreads), "÷ alone", "lock cmds/acq", "srv cmds/acq", "srv CPU µs/acq", spreadHead("srv CPU µs/acq raw", spreads),
+		"fair", "wait p50/p99/max ms", "wait p99 ms by keys " + strings.Join(sizes, "/"), "timeouts", "gave up", "lost"}}
+	for i, c := range cfgs {
+		sm := sums[i]
+		if sm.runs == 0 {
+			continue
+		}
+		var bySize []string
+		for n := s.set.min; n <= s.set.max; n++ {
+			if v, ok := sm.waitBySize[n]; ok {
+				bySize = append(bySize, ms(v))
+			} else {
+				bySize = append(bySize, "-")
+			}
+		}
+		table = append(table, []string{
+			c.name,
+			withSpread(fmt.Sprintf("%.0f", sm.perSec), sm.perSecSpread, spreads),
+			ratio(sm.perSec, a.perSec),
+			fmt.Sprintf("%.2f", sm.lockPerAcq),
+			fmt.Sprintf("%.2f", sm.srvPerAcq),
+			us(sm.cpuPerAcq - a.cpuPerCS),
+			withSpread(us(sm.cpuPerAcq), sm.cpuSpread, spreads),
+			fmt.Sprintf("%.2f", sm.fairness),
+			fmt.Sprintf("%s / %s / %s", ms(sm.waitP50), ms(sm.waitP99), ms(sm.waitMax)),
+			strings.Join(bySize, " / "),
+			fmt.Sprint(sm.timeouts),
+			fmt.Sprint(sm.gaveUp),
+			fmt.Sprint(sm.lost),
+		})
 	}
 	writeTable(b, table)
 }
@@ -130,16 +186,13 @@ func withSpread(v string, spread float64, spreads bool) string {
 func writeRatios(b *strings.Builder, res *results, sums map[string][]summary) {
 	var ours []int
 	for i, c := range res.cfgs {
-		if c.ours() {
+		if c.ours() && res.ranAny(c) {
 			ours = append(ours, i)
 		}
 	}
-	if len(ours) == 0 || len(ours) == len(res.cfgs) || len(res.setups) == 0 {
+	if len(ours) == 0 {
 		return
 	}
-	b.WriteString("\n### Ratios: ours ÷ best peer\n\n")
-	b.WriteString("Best peer: the peer configuration with the most CS/s in the setup. CS/s: above 1 is better. " +
-		"Server CPU per acquisition, the lock's share (raw in brackets): below 1 is better.\n\n")
 	head := []string{"setup", "best peer"}
 	for _, i := range ours {
 		head = append(head, res.cfgs[i].name+" CS/s", res.cfgs[i].name+" srv CPU/acq")
@@ -148,13 +201,26 @@ func writeRatios(b *strings.Builder, res *results, sums map[string][]summary) {
 	for _, s := range res.setups {
 		ss, a := sums[s.name], summarizeAlone(res.alone[s.name])
 		best := bestPeer(res.cfgs, ss)
+		if best < 0 {
+			continue // no peer ran in this setup
+		}
 		row := []string{s.name, res.cfgs[best].name}
 		for _, i := range ours {
+			if ss[i].runs == 0 {
+				row = append(row, "-", "-")
+				continue
+			}
 			row = append(row, ratio(ss[i].perSec, ss[best].perSec),
 				fmt.Sprintf("%s (%s)", ratio(ss[i].cpuPerAcq-a.cpuPerCS, ss[best].cpuPerAcq-a.cpuPerCS), ratio(ss[i].cpuPerAcq, ss[best].cpuPerAcq)))
 		}
 		table = append(table, row)
 	}
+	if len(table) == 1 {
+		return // no setup ran ours and a peer
+	}
+	b.WriteString("\n### Ratios: ours ÷ best peer\n\n")
+	b.WriteString("Best peer: the peer configuration with the most CS/s in the setup. CS/s: above 1 is better. " +
+		"Server CPU per acquisition, the lock's share (raw in brackets): below 1 is better.\n\n")
 	writeTable(b, table)
 }
 
@@ -166,11 +232,23 @@ func writeNotes(b *strings.Builder, res *results, sums map[string][]summary) {
 	}
 	b.WriteString("\n### Notes\n\nPer configuration and setup: acquisitions (all repetitions), the share re-acquired by the previous holder, hand-offs measured, " +
 		"the share of a core other programs used during the run (median), " +
-		"and commandstats calls per acquisition (Lua-internal calls included, the critical sections' GETs and SETs removed).\n\n")
+		"and commandstats calls per acquisition (Lua-internal calls included, the critical sections' GETs and SETs removed). " +
+		"In the set setups, the mean keys per set in place of the re-acquisitions and hand-offs.\n\n")
 	for i, c := range res.cfgs {
+		if !res.ranAny(c) {
+			continue
+		}
 		fmt.Fprintf(b, "- **%s**\n", c.name)
 		for _, s := range res.setups {
 			sm := sums[s.name][i]
+			if sm.runs == 0 {
+				continue
+			}
+			if s.set != nil {
+				fmt.Fprintf(b, "  - %s: %d acquisitions, %.2f keys per set, others' CPU %s; %s.%s\n",
+					s.name, sm.acquired, sm.keysPerAcq, percent(max(sm.others, 0)), formatMix(sm.mix), problems(sm))
+				continue
+			}
 			fmt.Fprintf(b, "  - %s: %d acquisitions, %s re-acquired, %d hand-offs, others' CPU %s; %s.%s\n",
 				s.name, sm.acquired, pct(sm.reacquired, sm.acquired), sm.handoffs, percent(max(sm.others, 0)), formatMix(sm.mix), problems(sm))
 		}
