@@ -69,8 +69,10 @@ for i, k in ipairs(locks) do
 		return wrong
 	end
 	if redis.call("EXISTS", k.LINE) == 1 then
-		handOff(k, nil, token) -- to the first in line, if it fits: maybe this token
-		kind = kindOf(k)
+		local _, handed = handOff(k, nil, token) -- to the first in line, if it fits: maybe this token
+		if handed > 0 then
+			kind = kindOf(k)
+		end
 	end
 	kinds[i] = kind
 end
@@ -79,12 +81,17 @@ end
 -- (plain ifs: miniredis's Lua evaluates "x = x and f() and g()" wrong)
 local mine, free = true, true
 for i, k in ipairs(locks) do
-	if not isHolder(k, token, mode, kinds[i]) then
+	if mine and not isHolder(k, token, mode, kinds[i]) then
 		mine = false
 	end
-	local head = redis.call("LINDEX", k.LINE, 0)
-	if not fits(k, mode, kinds[i]) or not ((first and not head) or (set and not first and head == token)) then
+	if free and not fits(k, mode, kinds[i]) then
 		free = false
+	end
+	if free then
+		local head = redis.call("LINDEX", k.LINE, 0)
+		if not ((first and not head) or (set and not first and head == token)) then
+			free = false
+		end
 	end
 end
 if mine or free then
@@ -92,7 +99,10 @@ if mine or free then
 	for i, k in ipairs(locks) do
 		-- a hand-off of this run, or one that this attempt crossed, issued it a
 		-- fence: it keeps it (one fence per acquisition)
-		fences[i] = given[token] or tonumber(redis.call("HGET", k.PLACES, HANDED_FIELD .. token) or "0")
+		fences[i] = given[token] or 0
+		if mine and fences[i] == 0 then
+			fences[i] = tonumber(redis.call("HGET", k.PLACES, HANDED_FIELD .. token) or "0")
+		end
 		if fenced and fences[i] == 0 then
 			local problem
 			fences[i], problem = issueFence(k.FENCE)
@@ -113,7 +123,9 @@ if mine or free then
 		else
 			take(k, token, mode, ttl, desc)
 		end
-		withdraw(k, token)
+		if not first then -- (a first attempt has no place yet)
+			withdraw(k, token)
+		end
 	end
 	return {OK, unpack(fences)}
 end
