@@ -64,7 +64,7 @@ type slotRange struct {
 // Timing with the defaults (Redis 7.0, loopback): [Cluster.Failover] about
 // 0.3-0.5 s, kill to healthy via [Cluster.WaitFailover] about 2.4 s, a
 // restarted node back as a replica in under 1 s. Requires Redis 7.0 or
-// later (cluster-port, ADDSLOTSRANGE).
+// later (cluster-port, ADDSLOTSRANGE); Valkey 8.1 and 9 work the same.
 //
 // All processes are killed and reaped in t.Cleanup. A missing redis-server
 // skips the test, or fails it when $CI is "true" (see [Start]).

@@ -1,5 +1,12 @@
 // Package redistest starts real redis-server processes for tests.
 //
+// The server is Redis or Valkey, whichever $REDIS_SERVER_BIN names (a
+// valkey-server, or one of the wrappers .ci/servers writes, which run a
+// newer Debian release's Redis or Valkey on this machine): every helper,
+// Sentinel and Cluster included, works with Redis 7.0 and later and Valkey
+// 8.1 and later (docs/servers.md lists what CI runs on each). A test that
+// depends on the server asks [Server.Version].
+//
 // Each call to [Start] launches an independent redis-server bound to a free
 // loopback port with its own data directory (a t.TempDir), so it is safe to
 // use from parallel tests. The process is always killed and reaped when the
@@ -27,7 +34,10 @@ import (
 )
 
 // EnvBin is the environment variable that, when set, names the redis-server
-// binary to use instead of looking up "redis-server" in PATH.
+// binary to use instead of looking up "redis-server" in PATH: a
+// valkey-server, say, or a wrapper that execs one (it must exec, so that the
+// server keeps the pid that [Server.Freeze] and [Server.Kill] signal and
+// that startup checks against INFO's process_id).
 const EnvBin = "REDIS_SERVER_BIN"
 
 const (

@@ -72,7 +72,8 @@ type Sentinel struct {
 // about 2 s; [Sentinel.Failover] about 1.2 s; the old primary becomes a
 // replica about 10 s after that; an automatic failover after killing the
 // primary ([Server.Kill] on [Sentinel.Primary]) about 2.3 s (DownAfter, then
-// agreement and election). Tested with Redis 7.0.
+// agreement and election). Tested with Redis 7.0 and 8.0 and Valkey 8.1
+// and 9 (valkey-server takes the same --sentinel and configuration).
 //
 // All processes are killed and reaped in t.Cleanup. A missing redis-server
 // skips the test, or fails it when $CI is "true" (see [Start]).
