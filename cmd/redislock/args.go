@@ -232,7 +232,7 @@ func given(fs *flag.FlagSet, names ...string) []string {
 
 // statusConfig is a valid command line of status.
 type statusConfig struct {
-	key       string
+	keys      []string
 	json      bool
 	redisURL  string
 	namespace string // as run's
@@ -249,12 +249,12 @@ func parseStatus(args []string, getenv func(string) string) (statusConfig, error
 	switch {
 	case err != nil:
 		return c, err
-	case len(pos) != 1:
-		return c, errorf("status: one KEY expected, got %d arguments", len(pos))
-	case pos[0] == "":
+	case len(pos) == 0:
+		return c, errorf("status: no KEY")
+	case slices.Contains(pos, ""):
 		return c, errorf("status: empty KEY")
 	}
-	c.key = pos[0]
+	c.keys = pos
 	if err = checkNamespace("status", c.namespace); err != nil {
 		return c, err
 	}

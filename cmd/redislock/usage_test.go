@@ -134,9 +134,9 @@ func TestUsage_BadInputExits2WithOneLine(t *testing.T) {
 		{[]string{"run", "-redis", url, "-c", "true", "-c", "true", "k"}, "-c given twice"},
 		{[]string{"status", "-redis", url, "-json", "k", "-json"}, "-json given twice"},
 		{[]string{"status", "-redis", url, "-redis", url, "k"}, "-redis given twice"},
-		{[]string{"status"}, "one KEY expected, got 0"},
-		{[]string{"status", "-redis", url, "a", "b"}, "one KEY expected, got 2"},
+		{[]string{"status"}, "no KEY"},
 		{[]string{"status", "-redis", url, ""}, "empty KEY"},
+		{[]string{"status", "-redis", url, "a", ""}, "empty KEY"},
 		{[]string{"status", "-redis", url, "-ttl", "1s", "k"}, "flag provided but not defined: -ttl"},
 		{[]string{"status", "-redis", "redis://", "k"}, "no host"},
 		// A namespace that WithNamespace would refuse.
