@@ -24,7 +24,18 @@ const (
 	defaultFenceEnv = "REDISLOCK_FENCE"
 	defaultTokenEnv = "REDISLOCK_TOKEN"
 	keyEnv          = "REDISLOCK_KEY"
+	keysEnv         = "REDISLOCK_KEYS"
 )
+
+// fencesEnv is the name of the variable of the fences of every key, beside
+// the fence's variable name: REDISLOCK_FENCES beside REDISLOCK_FENCE ("" for
+// none).
+func fencesEnv(fenceEnv string) string {
+	if fenceEnv == "" {
+		return ""
+	}
+	return fenceEnv + "S"
+}
 
 // errHelp is returned by the parsers for -h: print the usage, exit 0.
 var errHelp = flag.ErrHelp
@@ -36,7 +47,7 @@ const shellPath = "/bin/sh"
 
 // runConfig is a valid command line of run.
 type runConfig struct {
-	key       string
+	keys      []string      // KEY...: one key, or a set (ObtainMulti), in the order given
 	argv      []string      // COMMAND and its arguments (-c: sh -c and the command line)
 	ttl       time.Duration // the lease
 	wait      time.Duration // how long to wait for the lock; < 0: until interrupted; 0: -n
@@ -60,9 +71,9 @@ type holder struct {
 	command bool   // -holder-command: COMMAND with its arguments
 }
 
-// parseRun parses the arguments of run (after "run"). Flags may come before
-// and after KEY; "--" ends them and starts COMMAND. It checks everything
-// that can be checked without Redis, the URL included.
+// parseRun parses the arguments of run (after "run"). Flags may come before,
+// between and after the KEYs; "--" ends them and starts COMMAND. It checks
+// everything that can be checked without Redis, the URL included.
 func parseRun(args []string, getenv func(string) string) (runConfig, error) {
 	c := runConfig{wait: -1}
 	fs := newFlagSet("run")
@@ -95,13 +106,10 @@ func parseRun(args []string, getenv func(string) string) (runConfig, error) {
 		}
 	}
 	byShell := len(given(fs, "c")) > 0
+	if err := checkKeys(pos); err != nil {
+		return c, err
+	}
 	switch {
-	case len(pos) == 0:
-		return c, errorf("run: no KEY")
-	case len(pos) > 1:
-		return c, errorf("run: one KEY expected, got %q (the command goes after --)", pos)
-	case pos[0] == "":
-		return c, errorf("run: empty KEY")
 	case byShell && dashes:
 		return c, errorf("run: -c and -- COMMAND: give one of them")
 	case byShell && *command == "":
@@ -118,6 +126,8 @@ func parseRun(args []string, getenv func(string) string) (runConfig, error) {
 		return c, errorf("run: -E %d: must be in 0..255", c.conflict)
 	case c.permits < 0 || (c.permits == 0 && len(given(fs, "permits")) > 0):
 		return c, errorf("run: -permits %d: must be at least 1", c.permits)
+	case c.permits > 0 && len(pos) > 1:
+		return c, errorf("run: -permits: a semaphore is one KEY, got %d", len(pos))
 	case c.grace < 0:
 		return c, errorf("run: -grace %v: must not be negative", c.grace)
 	case !printableText(c.holder.text):
@@ -133,14 +143,20 @@ func parseRun(args []string, getenv func(string) string) (runConfig, error) {
 		if strings.ContainsAny(e.name, "=\x00") {
 			return c, errorf("run: -%s %q: not an environment variable name", e.flag, e.name)
 		}
-		if e.name == keyEnv {
+		switch e.name {
+		case keyEnv:
 			return c, errorf("run: -%s %s: %s is the key's", e.flag, e.name, keyEnv)
+		case keysEnv:
+			return c, errorf("run: -%s %s: %s is the keys'", e.flag, e.name, keysEnv)
 		}
 	}
-	if c.fenceEnv != "" && c.fenceEnv == c.tokenEnv {
+	switch {
+	case c.fenceEnv != "" && c.fenceEnv == c.tokenEnv:
 		return c, errorf("run: -fence-env and -token-env are both %s", c.fenceEnv)
+	case c.tokenEnv != "" && c.tokenEnv == fencesEnv(c.fenceEnv):
+		return c, errorf("run: -token-env %s: the variable of the fences (-fence-env %s)", c.tokenEnv, c.fenceEnv)
 	}
-	c.key, c.argv = pos[0], argv
+	c.keys, c.argv = pos, argv
 	if err = checkNamespace("run", c.namespace); err != nil {
 		return c, err
 	}
@@ -148,6 +164,29 @@ func parseRun(args []string, getenv func(string) string) (runConfig, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// checkKeys returns a usage error when the KEYs of run are not 1 to
+// redislock.MaxKeys distinct, non-empty keys. A set's KEYs must not hold a
+// newline either: REDISLOCK_KEYS lists them one a line.
+func checkKeys(keys []string) error {
+	switch {
+	case len(keys) == 0:
+		return errorf("run: no KEY")
+	case len(keys) > redislock.MaxKeys:
+		return errorf("run: %d KEYs: at most %d", len(keys), redislock.MaxKeys)
+	}
+	for i, key := range keys {
+		switch {
+		case key == "":
+			return errorf("run: empty KEY")
+		case slices.Contains(keys[:i], key):
+			return errorf("run: KEY %q given twice", key)
+		case len(keys) > 1 && strings.Contains(key, "\n"):
+			return errorf("run: KEY %q: the KEYs of a set must not hold a newline (%s lists them one a line)", key, keysEnv)
+		}
+	}
+	return nil
 }
 
 // A waitValue is the value of -w and -wait: a number of seconds, fractions
@@ -193,7 +232,7 @@ func given(fs *flag.FlagSet, names ...string) []string {
 
 // statusConfig is a valid command line of status.
 type statusConfig struct {
-	key       string
+	keys      []string
 	json      bool
 	redisURL  string
 	namespace string // as run's
@@ -210,12 +249,12 @@ func parseStatus(args []string, getenv func(string) string) (statusConfig, error
 	switch {
 	case err != nil:
 		return c, err
-	case len(pos) != 1:
-		return c, errorf("status: one KEY expected, got %d arguments", len(pos))
-	case pos[0] == "":
+	case len(pos) == 0:
+		return c, errorf("status: no KEY")
+	case slices.Contains(pos, ""):
 		return c, errorf("status: empty KEY")
 	}
-	c.key = pos[0]
+	c.keys = pos
 	if err = checkNamespace("status", c.namespace); err != nil {
 		return c, err
 	}

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +13,17 @@ import (
 
 const runtimeGOOS = runtime.GOOS
 
-// parseRun takes flags before and after KEY, the defaults, -n as a wait
+// manyKeys returns n distinct keys.
+func manyKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+// parseRun takes flags before, between and after the KEYs, several KEYs as
+// a set in the order given (up to 64), the defaults, -n as a wait
 // of 0, -w and -wait in seconds (fractions allowed, as flock's -w) or as
 // a duration, -s, -permits, -q, -holder, -c's command line run by
 // /bin/sh -c, -namespace, the Redis URL from -redis, else REDIS_URL, else
@@ -27,7 +38,7 @@ func TestParseRun(t *testing.T) {
 		}
 	}
 	defaults := runConfig{
-		key: "k", argv: []string{"true"}, ttl: 30 * time.Second, wait: -1, conflict: 1,
+		keys: []string{"k"}, argv: []string{"true"}, ttl: 30 * time.Second, wait: -1, conflict: 1,
 		grace: 10 * time.Second, fenceEnv: "REDISLOCK_FENCE", tokenEnv: "REDISLOCK_TOKEN", redisURL: "redis://127.0.0.1:6379",
 	}
 	with := func(change func(*runConfig)) runConfig {
@@ -60,6 +71,12 @@ func TestParseRun(t *testing.T) {
 		{[]string{"-namespace", "app:", "k", "--", "true"}, "", with(func(c *runConfig) { c.namespace = "app:" })},
 		{[]string{"k", "-c", "echo a; echo b"}, "", with(func(c *runConfig) { c.argv = []string{"/bin/sh", "-c", "echo a; echo b"} })},
 		{[]string{"-c", "exit 3", "k"}, "", with(func(c *runConfig) { c.argv = []string{"/bin/sh", "-c", "exit 3"} })},
+		// Several KEYs are one set, in the order given, flags between them.
+		{[]string{"b", "-n", "a", "c", "--", "true"}, "", with(func(c *runConfig) { c.keys, c.wait = []string{"b", "a", "c"}, 0 })},
+		{[]string{"-s", "a", "b", "-c", "true"}, "", with(func(c *runConfig) {
+			c.keys, c.shared, c.argv = []string{"a", "b"}, true, []string{"/bin/sh", "-c", "true"}
+		})},
+		{append(manyKeys(64), "--", "true"), "", with(func(c *runConfig) { c.keys = manyKeys(64) })},
 	} {
 		c, err := parseRun(tc.args, env(tc.url))
 		if err != nil {
@@ -118,21 +135,30 @@ func TestWaitValue(t *testing.T) {
 }
 
 // COMMAND's environment has the key, the fence and the token under their
-// names (a later entry of a name wins, as exec does); a name "" gives none,
-// and removes an inherited variable of the default name (an outer run's),
-// so that COMMAND never takes another lock's fence or token for this one's.
+// names (a later entry of a name wins, as exec does), and every key and
+// every key's fence, one a line, in the order of the KEYs: REDISLOCK_KEYS,
+// and the fence's name with an S (REDISLOCK_FENCES); for one key, the key
+// and its fence. A name "" gives none, and removes an inherited variable of
+// the default name (an outer run's), so that COMMAND never takes another
+// lock's fence or token for this one's.
 func TestCommandEnv(t *testing.T) {
-	outer := []string{"PATH=/bin", "REDISLOCK_FENCE=999", "REDISLOCK_TOKEN=outer"}
+	outer := []string{"PATH=/bin", "REDISLOCK_FENCE=999", "REDISLOCK_FENCES=999\n998", "REDISLOCK_TOKEN=outer"}
 	for _, tc := range []struct {
-		c    runConfig
-		want []string
+		c      runConfig
+		fences []int64
+		want   []string
 	}{
-		{runConfig{key: "k", fenceEnv: defaultFenceEnv, tokenEnv: defaultTokenEnv},
-			append(slices.Clone(outer), "REDISLOCK_KEY=k", "REDISLOCK_FENCE=7", "REDISLOCK_TOKEN=tok")},
-		{runConfig{key: "k", fenceEnv: "", tokenEnv: ""}, []string{"PATH=/bin", "REDISLOCK_KEY=k"}},
-		{runConfig{key: "k", fenceEnv: "MY_FENCE", tokenEnv: ""}, []string{"PATH=/bin", "REDISLOCK_FENCE=999", "REDISLOCK_KEY=k", "MY_FENCE=7"}},
+		{runConfig{keys: []string{"k"}, fenceEnv: defaultFenceEnv, tokenEnv: defaultTokenEnv}, []int64{7},
+			append(slices.Clone(outer), "REDISLOCK_KEY=k", "REDISLOCK_KEYS=k", "REDISLOCK_FENCE=7", "REDISLOCK_FENCES=7", "REDISLOCK_TOKEN=tok")},
+		{runConfig{keys: []string{"k"}, fenceEnv: "", tokenEnv: ""}, []int64{7}, []string{"PATH=/bin", "REDISLOCK_KEY=k", "REDISLOCK_KEYS=k"}},
+		{runConfig{keys: []string{"k"}, fenceEnv: "MY_FENCE", tokenEnv: ""}, []int64{7},
+			[]string{"PATH=/bin", "REDISLOCK_FENCE=999", "REDISLOCK_FENCES=999\n998", "REDISLOCK_KEY=k", "REDISLOCK_KEYS=k", "MY_FENCE=7", "MY_FENCES=7"}},
+		{runConfig{keys: []string{"b", "a c", "d"}, fenceEnv: defaultFenceEnv, tokenEnv: defaultTokenEnv}, []int64{7, 12, 3},
+			append(slices.Clone(outer), "REDISLOCK_KEY=b", "REDISLOCK_KEYS=b\na c\nd", "REDISLOCK_FENCE=7", "REDISLOCK_FENCES=7\n12\n3", "REDISLOCK_TOKEN=tok")},
+		{runConfig{keys: []string{"b", "a"}, fenceEnv: "", tokenEnv: defaultTokenEnv}, []int64{7, 12},
+			[]string{"PATH=/bin", "REDISLOCK_TOKEN=outer", "REDISLOCK_KEY=b", "REDISLOCK_KEYS=b\na", "REDISLOCK_TOKEN=tok"}},
 	} {
-		if env := commandEnv(slices.Clone(outer), tc.c, 7, "tok"); !slices.Equal(env, tc.want) {
+		if env := commandEnv(slices.Clone(outer), tc.c, tc.fences, "tok"); !slices.Equal(env, tc.want) {
 			t.Errorf("%+v:\n got %q\nwant %q", tc.c, env, tc.want)
 		}
 	}

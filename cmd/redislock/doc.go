@@ -3,9 +3,9 @@
 // who holds a lock.
 //
 //	Usage:
-//	  redislock run [flags] KEY -- COMMAND [ARG...]
-//	  redislock run [flags] KEY -c 'COMMAND LINE'
-//	  redislock status [-json] [-namespace PREFIX] [-redis URL] KEY
+//	  redislock run [flags] KEY... -- COMMAND [ARG...]
+//	  redislock run [flags] KEY... -c 'COMMAND LINE'
+//	  redislock status [-json] [-namespace PREFIX] [-redis URL] KEY...
 //	  redislock help
 //
 //	run obtains the lock on KEY, runs COMMAND while it keeps the lock's lease
@@ -17,8 +17,14 @@
 //	COMMAND; redislock exits when COMMAND does. If the lock is lost while
 //	COMMAND runs, COMMAND gets SIGTERM, then SIGKILL after -grace.
 //
+//	Several KEYs (at most 64) are one lock: run holds all of them or none,
+//	and waits in each KEY's line in its turn, without deadlock. COMMAND's
+//	environment then has REDISLOCK_KEY and REDISLOCK_FENCE for the first KEY,
+//	and every KEY and its fence, one a line in the order given, in
+//	REDISLOCK_KEYS and REDISLOCK_FENCES (set for one KEY too).
+//
 //	  -c 'COMMAND LINE'  run COMMAND LINE with /bin/sh -c (instead of -- COMMAND)
-//	  -n                 do not wait: fail at once if KEY is held (as -w 0)
+//	  -n                 do not wait: fail at once if a KEY is held (as -w 0)
 //	  -w SECONDS         wait at most this long for the lock, fractions allowed,
 //	                     or a duration: 1m30s (default: until interrupted)
 //	  -wait DURATION     the same as -w
@@ -29,8 +35,8 @@
 //	                     readers of a read-write lock; a run without -s holds
 //	                     it alone
 //	  -x                 exclusive: hold KEY alone (the default)
-//	  -permits N         hold one of N permits of a semaphore on KEY: at most N
-//	                     runs at once, all with -permits N
+//	  -permits N         hold one of N permits of a semaphore on KEY (one KEY):
+//	                     at most N runs at once, all with -permits N
 //	  -ttl DURATION      the lock's lease, renewed every third of it while
 //	                     COMMAND runs: how long KEY stays locked after redislock
 //	                     dies (30s)
@@ -42,8 +48,9 @@
 //	                     name, without its arguments; "" for none)
 //	  -holder-command    describe the holder with COMMAND and its arguments
 //	                     instead of PROGRAM: not if they hold secrets
-//	  -fence-env NAME    environment variable for the fence (REDISLOCK_FENCE;
-//	                     "" for none: an inherited REDISLOCK_FENCE is removed)
+//	  -fence-env NAME    environment variables for the fence and the fences,
+//	                     NAME and NAMEs (REDISLOCK_FENCE and REDISLOCK_FENCES;
+//	                     "" for none: inherited ones of those names are removed)
 //	  -token-env NAME    environment variable for the token (REDISLOCK_TOKEN;
 //	                     "" for none: an inherited REDISLOCK_TOKEN is removed)
 //	  -redis URL         the Redis (default $REDIS_URL, else
@@ -53,8 +60,9 @@
 //	                     limited to PREFIX); the runs and status of a KEY
 //	                     give the same PREFIX
 //
-//	status prints who holds KEY (mode, holders with their lease left and
-//	token), its latest fence and how many wait; -json prints it as JSON.
+//	status prints who holds each KEY (mode, holders with their lease left and
+//	token), its latest fence and how many wait; -json prints it as JSON, one
+//	object a KEY.
 //
 //	Redis URLs:
 //	  redis://[user:password@]host:port[/db]             one node (rediss:// for TLS)
@@ -64,11 +72,11 @@
 //
 //	Exit status:
 //	  0-255  run: COMMAND's status, 128+N if a signal N killed it
-//	  0      status: nobody holds KEY
+//	  0      status: nobody holds any KEY
 //	  1      the lock is held: run -n, or -w ran out (-E sets another);
-//	         status: KEY is held, or holds data of another kind
-//	  2      usage error (bad flag, duration or URL, no KEY, no -- or
-//	         COMMAND); nothing was sent to Redis
+//	         status: a KEY is held, or holds data of another kind
+//	  2      usage error (bad flag, duration or URL, no KEY, a KEY twice,
+//	         no -- or COMMAND); nothing was sent to Redis
 //	  69     Redis failed (unreachable, refused a command)
 //	  74     status: the output could not be written
 //	  75     run: the lock was lost while COMMAND ran
@@ -78,11 +86,11 @@
 //
 // # Command line
 //
-// Flags may come before or after KEY; "--" ends them, and what follows is
-// COMMAND. KEY and each flag are given once: a flag given twice is a usage
-// error (status 2), not "the last one wins", and so are flags that say
-// different things (-n, -w and -wait; -s, -x and -permits; -holder and
-// -holder-command; -c and "-- COMMAND"). Everything on the command line,
+// Flags may come before, between or after the KEYs; "--" ends them, and
+// what follows is COMMAND. Each KEY and each flag is given once: one given
+// twice is a usage error (status 2), not "the last one wins", and so are
+// flags that say different things (-n, -w and -wait; -s, -x and -permits;
+// -holder and -holder-command; -c and "-- COMMAND"). Everything on the command line,
 // the Redis URL included, is checked before Redis is contacted: a usage
 // error sends nothing to Redis, and is one line on standard error that
 // says what is wrong and to run 'redislock help' for the usage.
@@ -100,6 +108,35 @@
 // holds data of another kind than a lock (no wait ends that), usage errors,
 // a Redis that failed, a signal that ended the wait, a lost lock, a
 // release that did not complete.
+//
+// # Sets of keys
+//
+// Several KEYs are one lock, as redislock.Locker.ObtainMulti takes them:
+// run starts COMMAND holding every KEY, or exits holding none. It waits
+// with one place in the line of each KEY, and takes them all when it is
+// first in every line; so runs on sets that overlap, and runs on single
+// keys, never deadlock and are served in their turn. -n, -w, -E, -q, -s
+// (a reader of every KEY), -ttl, -grace, the holder's description and the
+// fences apply to the set; losing any KEY is losing the lock (status 75).
+// A set is 1 to 64 distinct KEYs without a newline in them, and not a
+// semaphore: -permits takes one KEY. The message of a lock not obtained
+// names a KEY that is held, and what holds it.
+//
+// COMMAND's environment has REDISLOCK_KEYS, every KEY one a line in the
+// order given, and REDISLOCK_FENCES, each KEY's fence one a line in the
+// same order (each larger than that of every earlier holder of that KEY):
+// after `set -- $REDISLOCK_FENCES`, $1 is the first KEY's fence, $2 the
+// second's. REDISLOCK_KEY and REDISLOCK_FENCE are the first KEY's, as with
+// one KEY; a run on one KEY sets the lists too, with that KEY and its
+// fence, so that a COMMAND written for sets works with one KEY. -fence-env
+// NAME names the fences NAMEs. On a Redis Cluster, give the KEYs a hash
+// tag ({cart:42}:apple) to take them with one command: KEYs of several
+// hash slots are taken slot by slot, and those of the earlier slots are
+// held while run waits for the later ones.
+//
+// status with several KEYs prints each in turn, a blank line between them
+// (with -json, one JSON object a KEY, one after another, as jq reads
+// them), and exits 0 when none of them is held.
 //
 // # The holder's description
 //
@@ -155,11 +192,12 @@
 // (invalid UTF-8 becomes U+FFFD). status exits 0 when nobody holds KEY
 // (mode free), 1 when it is held (mode exclusive, shared or semaphore) or
 // holds data of another kind (mode other), as a script can test: `if
-// redislock status KEY >/dev/null; then` is "if KEY is free".
+// redislock status KEY >/dev/null; then` is "if KEY is free". With several
+// KEYs, it exits 0 when all of them are free.
 //
 // # Exit statuses
 //
-// Status 1 (or -E's) also comes at once, whatever -w, when KEY is held in
+// Status 1 (or -E's) also comes at once, whatever -w, when a KEY is held in
 // another mode than run asks for (a semaphore's permits, for a lock or a
 // reader; a lock's holders, for -permits), as a semaphore of another
 // number of permits, or holds data of another kind than a lock (Redis's
@@ -171,7 +209,7 @@
 // be COMMAND's own; the message redislock prints on standard error tells
 // them apart. Status 75 (EX_TEMPFAIL) means the work may have overlapped
 // with the next holder's: it is also reported when COMMAND exited on its own
-// but the release found that KEY was no longer this lock's. Everything
+// but the release found that a KEY was no longer this lock's. Everything
 // redislock does with Redis after COMMAND exited (the release and the
 // clean-up behind it) takes at most 5 s in all. A release that fails or
 // does not complete in that time (Redis down, or not answering) is

@@ -28,8 +28,8 @@ func errorLine(err error) string {
 // Exit statuses of redislock itself (see the package doc). run otherwise
 // exits with COMMAND's status.
 const (
-	exitFree       = 0   // status: nobody holds KEY
-	exitConflict   = 1   // the lock is held (run's default of -E, as flock(1); status: KEY is not free)
+	exitFree       = 0   // status: nobody holds any KEY
+	exitConflict   = 1   // the lock is held (run's default of -E, as flock(1); status: a KEY is not free)
 	exitUsage      = 2   // bad command line; nothing was sent to Redis
 	exitRedis      = 69  // EX_UNAVAILABLE: Redis failed
 	exitCannotSay  = 74  // EX_IOERR: status could not write its output
@@ -40,9 +40,9 @@ const (
 )
 
 const usage = `Usage:
-  redislock run [flags] KEY -- COMMAND [ARG...]
-  redislock run [flags] KEY -c 'COMMAND LINE'
-  redislock status [-json] [-namespace PREFIX] [-redis URL] KEY
+  redislock run [flags] KEY... -- COMMAND [ARG...]
+  redislock run [flags] KEY... -c 'COMMAND LINE'
+  redislock status [-json] [-namespace PREFIX] [-redis URL] KEY...
   redislock help
 
 run obtains the lock on KEY, runs COMMAND while it keeps the lock's lease
@@ -54,8 +54,14 @@ REDISLOCK_TOKEN. SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on to
 COMMAND; redislock exits when COMMAND does. If the lock is lost while
 COMMAND runs, COMMAND gets SIGTERM, then SIGKILL after -grace.
 
+Several KEYs (at most 64) are one lock: run holds all of them or none,
+and waits in each KEY's line in its turn, without deadlock. COMMAND's
+environment then has REDISLOCK_KEY and REDISLOCK_FENCE for the first KEY,
+and every KEY and its fence, one a line in the order given, in
+REDISLOCK_KEYS and REDISLOCK_FENCES (set for one KEY too).
+
   -c 'COMMAND LINE'  run COMMAND LINE with /bin/sh -c (instead of -- COMMAND)
-  -n                 do not wait: fail at once if KEY is held (as -w 0)
+  -n                 do not wait: fail at once if a KEY is held (as -w 0)
   -w SECONDS         wait at most this long for the lock, fractions allowed,
                      or a duration: 1m30s (default: until interrupted)
   -wait DURATION     the same as -w
@@ -66,8 +72,8 @@ COMMAND runs, COMMAND gets SIGTERM, then SIGKILL after -grace.
                      readers of a read-write lock; a run without -s holds
                      it alone
   -x                 exclusive: hold KEY alone (the default)
-  -permits N         hold one of N permits of a semaphore on KEY: at most N
-                     runs at once, all with -permits N
+  -permits N         hold one of N permits of a semaphore on KEY (one KEY):
+                     at most N runs at once, all with -permits N
   -ttl DURATION      the lock's lease, renewed every third of it while
                      COMMAND runs: how long KEY stays locked after redislock
                      dies (30s)
@@ -79,8 +85,9 @@ COMMAND runs, COMMAND gets SIGTERM, then SIGKILL after -grace.
                      name, without its arguments; "" for none)
   -holder-command    describe the holder with COMMAND and its arguments
                      instead of PROGRAM: not if they hold secrets
-  -fence-env NAME    environment variable for the fence (REDISLOCK_FENCE;
-                     "" for none: an inherited REDISLOCK_FENCE is removed)
+  -fence-env NAME    environment variables for the fence and the fences,
+                     NAME and NAMEs (REDISLOCK_FENCE and REDISLOCK_FENCES;
+                     "" for none: inherited ones of those names are removed)
   -token-env NAME    environment variable for the token (REDISLOCK_TOKEN;
                      "" for none: an inherited REDISLOCK_TOKEN is removed)
   -redis URL         the Redis (default $REDIS_URL, else
@@ -90,8 +97,9 @@ COMMAND runs, COMMAND gets SIGTERM, then SIGKILL after -grace.
                      limited to PREFIX); the runs and status of a KEY
                      give the same PREFIX
 
-status prints who holds KEY (mode, holders with their lease left and
-token), its latest fence and how many wait; -json prints it as JSON.
+status prints who holds each KEY (mode, holders with their lease left and
+token), its latest fence and how many wait; -json prints it as JSON, one
+object a KEY.
 
 Redis URLs:
   redis://[user:password@]host:port[/db]             one node (rediss:// for TLS)
@@ -101,11 +109,11 @@ Redis URLs:
 
 Exit status:
   0-255  run: COMMAND's status, 128+N if a signal N killed it
-  0      status: nobody holds KEY
+  0      status: nobody holds any KEY
   1      the lock is held: run -n, or -w ran out (-E sets another);
-         status: KEY is held, or holds data of another kind
-  2      usage error (bad flag, duration or URL, no KEY, no -- or
-         COMMAND); nothing was sent to Redis
+         status: a KEY is held, or holds data of another kind
+  2      usage error (bad flag, duration or URL, no KEY, a KEY twice,
+         no -- or COMMAND); nothing was sent to Redis
   69     Redis failed (unreachable, refused a command)
   74     status: the output could not be written
   75     run: the lock was lost while COMMAND ran

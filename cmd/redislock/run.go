@@ -28,7 +28,7 @@ import (
 // Timeouts of the calls run makes outside the wait for the lock.
 const (
 	pingTimeout    = 5 * time.Second        // the first contact with Redis
-	inspectTimeout = time.Second            // who holds the key, for the conflict message
+	inspectTimeout = time.Second            // who holds the keys, for the conflict message
 	endTimeout     = 5 * time.Second        // all run does with Redis at its end (see runner.ending)
 	leftoverPoll   = 50 * time.Millisecond  // how often stopGroup looks for processes left
 	lostHookWait   = 100 * time.Millisecond // how long whyLost waits for the Lost hook
@@ -150,7 +150,7 @@ func (r *runner) obtain() (*redislock.Lock, int) {
 		if lk != nil {
 			r.release(lk)
 		}
-		fmt.Fprintf(r.stderr, "redislock: %v (signal %d) while waiting for the lock on %q\n", i.sig, signalNumber(i.sig), c.key)
+		fmt.Fprintf(r.stderr, "redislock: %v (signal %d) while waiting for the lock on %s\n", i.sig, signalNumber(i.sig), lockName(c.keys))
 		return nil, exitSignalBase + signalNumber(i.sig)
 	}
 	switch {
@@ -164,7 +164,9 @@ func (r *runner) obtain() (*redislock.Lock, int) {
 }
 
 // tryObtain pings Redis, so that a Redis that cannot be reached fails at
-// once instead of making Obtain wait for it, then obtains the lock.
+// once instead of making Obtain wait for it, then obtains the lock: on the
+// one key, or on the set of keys as one lock (ObtainMulti of one key is
+// Obtain).
 func (r *runner) tryObtain(ctx context.Context) (*redislock.Lock, error) {
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	err := r.rdb.Ping(pctx).Err()
@@ -180,12 +182,12 @@ func (r *runner) tryObtain(ctx context.Context) (*redislock.Lock, error) {
 		opts = append(opts, redislock.WithPermits(r.cfg.permits))
 	}
 	if r.cfg.wait == 0 {
-		return r.locker.TryObtain(ctx, r.cfg.key, r.cfg.ttl, opts...)
+		return r.locker.TryObtainMulti(ctx, r.cfg.keys, r.cfg.ttl, opts...)
 	}
 	if r.cfg.wait > 0 {
 		opts = append(opts, redislock.WithWait(r.cfg.wait))
 	}
-	return r.locker.Obtain(ctx, r.cfg.key, r.cfg.ttl, opts...)
+	return r.locker.ObtainMulti(ctx, r.cfg.keys, r.cfg.ttl, opts...)
 }
 
 // isConflict reports whether err, of the acquisition, says that the lock
@@ -201,16 +203,62 @@ func isConflict(err error, c runConfig) bool {
 }
 
 // notObtained reports on stderr that the lock was not obtained (err, see
-// isConflict), saying what holds the key as far as a quick look tells, and
-// returns the conflict status (-E). With -q it says nothing, unless the
-// key holds data of another kind than a lock: no wait ends that, and run
-// would be skipped silently for ever.
+// isConflict), saying what holds the key (for a set: the key that explains
+// it, see culprit) as far as a quick look tells, and returns the conflict
+// status (-E). With -q it says nothing, unless the key holds data of
+// another kind than a lock: no wait ends that, and run would be skipped
+// silently for ever.
 func (r *runner) notObtained(err error) int {
-	info, ierr := r.inspect()
-	if !r.cfg.quiet || (ierr == nil && info.Mode == redislock.ModeOther) {
-		fmt.Fprintf(r.stderr, "redislock: lock on %q not obtained: %s\n", r.cfg.key, heldBy(r.cfg, err, info, ierr))
+	c := r.cfg
+	infos, ierr := r.inspect()
+	var info redislock.Info
+	key := c.keys[0]
+	if ierr == nil {
+		i := culprit(infos)
+		info, key = infos[i], c.keys[i]
 	}
-	return r.cfg.conflict
+	if !c.quiet || (ierr == nil && info.Mode == redislock.ModeOther) {
+		why := heldBy(c, err, info, ierr)
+		if len(c.keys) > 1 && ierr == nil {
+			why = strconv.Quote(key) + ": " + why
+		}
+		fmt.Fprintf(r.stderr, "redislock: lock on %s not obtained: %s\n", lockName(c.keys), why)
+	}
+	return c.conflict
+}
+
+// culprit returns the index in infos, a look at each key of a run, of the
+// key that best tells why the lock was not obtained: one that holds data
+// of another kind, else a value redislock did not write, else a
+// semaphore's permits (a set or a lock cannot take them), else the first
+// with holders, else the first with others waiting in its line, else the
+// first key.
+func culprit(infos []redislock.Info) int {
+	for _, found := range []func(redislock.Info) bool{
+		func(i redislock.Info) bool { return i.Mode == redislock.ModeOther },
+		func(i redislock.Info) bool { return i.Mode == redislock.ModeForeign },
+		func(i redislock.Info) bool { return i.Mode == redislock.ModeSemaphore },
+		func(i redislock.Info) bool { return len(i.Holders) > 0 },
+		func(i redislock.Info) bool { return i.Waiting > 0 },
+	} {
+		if i := slices.IndexFunc(infos, found); i >= 0 {
+			return i
+		}
+	}
+	return 0
+}
+
+// lockName names the lock on keys in messages: "\"k\"" for one key, the
+// set "a", "b" for several.
+func lockName(keys []string) string {
+	if len(keys) == 1 {
+		return strconv.Quote(keys[0])
+	}
+	quoted := make([]string, len(keys))
+	for i, key := range keys {
+		quoted[i] = strconv.Quote(key)
+	}
+	return "the set " + strings.Join(quoted, ", ")
 }
 
 // heldBy says what holds the key, as info (or ierr, the error of Inspect)
@@ -254,12 +302,20 @@ func heldBy(c runConfig, err error, info redislock.Info, ierr error) string {
 	return s + "; run does not wait for it"
 }
 
-// inspect is a quick look at the key, bounded by inspectTimeout, once the
-// wait for the lock ended (within ending's bound).
-func (r *runner) inspect() (redislock.Info, error) {
+// inspect is a quick look at the keys, one after another, all within
+// inspectTimeout, once the wait for the lock ended (within ending's
+// bound). It stops at the first error.
+func (r *runner) inspect() ([]redislock.Info, error) {
 	ctx, cancel := context.WithTimeout(r.ending(), inspectTimeout)
 	defer cancel()
-	return r.locker.Inspect(ctx, r.cfg.key)
+	infos := make([]redislock.Info, len(r.cfg.keys))
+	for i, key := range r.cfg.keys {
+		var err error
+		if infos[i], err = r.locker.Inspect(ctx, key); err != nil {
+			return nil, err
+		}
+	}
+	return infos, nil
 }
 
 // holders describes info's holders: "held by D (lease L left)", the first
@@ -281,17 +337,24 @@ func holders(info redislock.Info) string {
 }
 
 // commandEnv is COMMAND's environment: redislock's (environ), with the
-// key, and the fence and the token under their names. A variable of the
-// default name that a name "" turns off is removed (an outer redislock's),
-// so that COMMAND never takes another lock's fence or token for this one's.
-func commandEnv(environ []string, c runConfig, fence int64, token string) []string {
+// first key and every key, the first key's fence and every key's fences
+// (fences, in the order of c.keys), and the token, under their names. The
+// lists hold one key or fence a line. A variable of a default name that a
+// name "" turns off is removed (an outer redislock's), so that COMMAND
+// never takes another lock's fence or token for this one's.
+func commandEnv(environ []string, c runConfig, fences []int64, token string) []string {
 	env := slices.DeleteFunc(environ, func(kv string) bool {
 		name, _, _ := strings.Cut(kv, "=")
-		return (c.fenceEnv == "" && name == defaultFenceEnv) || (c.tokenEnv == "" && name == defaultTokenEnv)
+		return (c.fenceEnv == "" && (name == defaultFenceEnv || name == fencesEnv(defaultFenceEnv))) ||
+			(c.tokenEnv == "" && name == defaultTokenEnv)
 	})
-	env = append(env, keyEnv+"="+c.key)
+	env = append(env, keyEnv+"="+c.keys[0], keysEnv+"="+strings.Join(c.keys, "\n"))
 	if c.fenceEnv != "" {
-		env = append(env, c.fenceEnv+"="+strconv.FormatInt(fence, 10))
+		each := make([]string, len(fences))
+		for i, f := range fences {
+			each[i] = strconv.FormatInt(f, 10)
+		}
+		env = append(env, c.fenceEnv+"="+each[0], fencesEnv(c.fenceEnv)+"="+strings.Join(each, "\n"))
 	}
 	if c.tokenEnv != "" {
 		env = append(env, c.tokenEnv+"="+token)
@@ -304,7 +367,7 @@ func commandEnv(environ []string, c runConfig, fence int64, token string) []stri
 func (r *runner) supervise(lk *redislock.Lock, path string) int {
 	c := r.cfg
 	kept := lk.KeepAlive(context.Background())
-	env := commandEnv(os.Environ(), c, lk.Fence(), lk.Token())
+	env := commandEnv(os.Environ(), c, lk.Fences(), lk.Token())
 	ownGroup := r.term == nil
 	cmd := &exec.Cmd{
 		Path: path, Args: c.argv, Env: env,
@@ -348,7 +411,7 @@ func (r *runner) supervise(lk *redislock.Lock, path string) int {
 			j.signal(syscall.SIGTERM)
 			killAt = time.Now().Add(c.grace)
 			kill = time.After(c.grace)
-			fmt.Fprintf(r.stderr, "redislock: lock on %q lost%s; sent SIGTERM to the command, SIGKILL in %v\n", c.key, r.whyLost(), c.grace)
+			fmt.Fprintf(r.stderr, "redislock: lock on %s lost%s; sent SIGTERM to the command, SIGKILL in %v\n", lockName(c.keys), r.whyLost(), c.grace)
 		case <-kill:
 			kill = nil
 			j.signal(syscall.SIGKILL)
@@ -360,18 +423,27 @@ func (r *runner) supervise(lk *redislock.Lock, path string) int {
 	termSent := lost
 	if !lost && kept.Err() != nil { // Err reads the lease clock
 		lost = true
-		fmt.Fprintf(r.stderr, "redislock: lock on %q lost as the command exited (status %d)\n", c.key, code)
+		fmt.Fprintf(r.stderr, "redislock: lock on %s lost as the command exited (status %d)\n", lockName(c.keys), code)
 	}
 	err := r.release(lk)
 	if errors.Is(err, redislock.ErrNotHeld) && !lost {
 		lost = true
-		fmt.Fprintf(r.stderr, "redislock: lock on %q was lost before the command exited (status %d): the key was no longer ours at the release\n", c.key, code)
+		fmt.Fprintf(r.stderr, "redislock: lock on %s was lost before the command exited (status %d): %s\n", lockName(c.keys), code, noLongerOurs(c.keys, err))
 	}
 	if !lost {
 		return code
 	}
 	j.stopGroup(termSent, killAt, c.grace)
 	return exitLost
+}
+
+// noLongerOurs says that the release of the lock on keys found it lost
+// (err, ErrNotHeld): for a set, which of its keys, as err says.
+func noLongerOurs(keys []string, err error) string {
+	if len(keys) == 1 {
+		return "the key was no longer ours at the release"
+	}
+	return "at the release, " + strings.TrimPrefix(err.Error(), "redislock: ")
 }
 
 // whyLost says when and why the lock was lost, if the Lost hook says so
@@ -404,11 +476,11 @@ func (r *runner) release(lk *redislock.Lock) error {
 	case err == nil || errors.Is(err, redislock.ErrNotHeld):
 	case ctx.Err() != nil:
 		// The library goes on in the background; redislock does not.
-		fmt.Fprintf(r.stderr, "redislock: the release of the lock on %q did not complete within %v: Redis did not answer (the lease ends by itself within %v)\n",
-			r.cfg.key, endTimeout, r.cfg.ttl)
+		fmt.Fprintf(r.stderr, "redislock: the release of the lock on %s did not complete within %v: Redis did not answer (the lease ends by itself within %v)\n",
+			lockName(r.cfg.keys), endTimeout, r.cfg.ttl)
 	default:
-		fmt.Fprintf(r.stderr, "redislock: the release of the lock on %q did not complete: %s (the lease ends by itself within %v)\n",
-			r.cfg.key, strings.TrimPrefix(err.Error(), "redislock: "), r.cfg.ttl)
+		fmt.Fprintf(r.stderr, "redislock: the release of the lock on %s did not complete: %s (the lease ends by itself within %v)\n",
+			lockName(r.cfg.keys), strings.TrimPrefix(err.Error(), "redislock: "), r.cfg.ttl)
 	}
 	return err
 }

@@ -762,3 +762,259 @@ func TestRun_HolderDescription(t *testing.T) {
 		equal(t, p.wait(5*time.Second), 0, "%q: %s", tc.flags, p.errors())
 	}
 }
+
+// setArgs is "run" with flags, the keys and "--" COMMAND.
+func setArgs(keys []string, flags []string, command []string) []string {
+	args := append([]string{"run"}, flags...)
+	args = append(args, keys...)
+	args = append(args, "--")
+	return append(args, command...)
+}
+
+// testKeys returns n keys of their own for t: KEY:a, KEY:b, ...
+func testKeys(t *testing.T, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = testKey(t) + ":" + string(rune('a'+i))
+	}
+	return keys
+}
+
+// A run on several keys holds every one of them, with its token, while
+// COMMAND runs (GET of each, from outside, is the token COMMAND got), and
+// none once it exited. COMMAND finds the keys in REDISLOCK_KEYS and their
+// fences in REDISLOCK_FENCES, one a line in the order given (not the
+// order of the keys' names); REDISLOCK_KEY and REDISLOCK_FENCE are the
+// first key's. Each key's fence grows from run to run. A run on one key
+// sets the lists too, to its key and fence.
+func TestRun_SetHoldsEveryKeyWhileCommandRuns(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	ctx := context.Background()
+	k := testKeys(t, 3)
+	keys := []string{k[2], k[0], k[1]}
+	env := `printf 'key=%s\nfence=%s\ntoken=%s\n%s\n%s\n' "$REDISLOCK_KEY" "$REDISLOCK_FENCE" "$REDISLOCK_TOKEN" "$REDISLOCK_KEYS" "$REDISLOCK_FENCES" > "$1.env"; `
+	hold := `echo "started $$" >> "$1"; while [ ! -e "$1.exit" ]; do sleep 0.01; done`
+	var last []int
+	for run := range 2 {
+		marks := marksFile(t)
+		p := start(t, setArgs(keys, nil, script(marks, env+hold))...)
+		waitLine(t, marks, "started", 5*time.Second)
+		killGroupAtEnd(t, pidOf(t, marks, "started "))
+		ls := lines(t, marks+".env")
+		if len(ls) != 3+2*len(keys) {
+			t.Fatalf("environment: %q", ls)
+		}
+		token, _ := strings.CutPrefix(ls[2], "token=")
+		check(t, strings.HasPrefix(token, "rl1:"), "token: %q", ls[2])
+		equal(t, strings.Join(ls[3:3+len(keys)], " "), strings.Join(keys, " "), "REDISLOCK_KEYS")
+		var fences []int
+		for i, f := range ls[3+len(keys):] {
+			n, err := strconv.Atoi(f)
+			must(t, err, "REDISLOCK_FENCES: %q", ls)
+			if run > 0 {
+				check(t, n > last[i], "%s: fence %d after %d", keys[i], n, last[i])
+			}
+			fences = append(fences, n)
+		}
+		last = fences
+		equal(t, ls[0], "key="+keys[0])
+		equal(t, ls[1], "fence="+strconv.Itoa(fences[0]))
+		for _, key := range keys {
+			got, err := c.Get(ctx, key).Result()
+			must(t, err, "GET %s while the command runs", key)
+			equal(t, got, token, "GET %s", key)
+		}
+		must(t, os.WriteFile(marks+".exit", nil, 0o644))
+		equal(t, p.wait(5*time.Second), 0, "%s", p.errors())
+		for _, key := range keys {
+			check(t, !exists(t, c, key), "%s held after the run", key)
+		}
+	}
+
+	marks := marksFile(t)
+	code, _, stderr := runCLI(t, runArgs(keys[1], nil, script(marks, `echo "$REDISLOCK_KEYS|$REDISLOCK_FENCES|$REDISLOCK_FENCE" >> "$1"`))...)
+	equal(t, code, 0, "%s", stderr)
+	f := strconv.Itoa(last[1] + 1)
+	equal(t, strings.Join(lines(t, marks), "\n"), keys[1]+"|"+f+"|"+f, "one key's lists")
+}
+
+// A run on a set that overlaps a running set's: with -n it exits at once
+// with the conflict status (-E's), naming the key that is held and its
+// holder, and -q makes that silent; with -w it gives up after its time;
+// without, it waits, holding none of its keys (not even the one nobody
+// holds), and runs once the first set's command exited. A waiting run
+// that a signal ends leaves nothing in Redis. COMMAND never runs while it
+// does not hold every key.
+func TestRun_OverlappingSetWaitsThenRuns(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	k := testKeys(t, 3)
+	marks := marksFile(t)
+	first := start(t, setArgs([]string{k[0], k[1]}, []string{"-holder", "first set"}, waitForExit(marks, "A"))...)
+	waitLine(t, marks, "start A", 5*time.Second)
+	overlapping := []string{k[2], k[1]}
+
+	for _, tc := range []struct {
+		flags    []string
+		want     int
+		min, max time.Duration
+		says     string // "": nothing on stderr
+	}{
+		{[]string{"-n"}, 1, 0, 2 * time.Second, fmt.Sprintf("redislock: lock on the set %q, %q not obtained: %q: held by first set (lease ", k[2], k[1], k[1])},
+		{[]string{"-n", "-E", "42"}, 42, 0, 2 * time.Second, "held by first set"},
+		{[]string{"-n", "-q"}, 1, 0, 2 * time.Second, ""},
+		{[]string{"-w", "0.4"}, 1, 400 * time.Millisecond, 3 * time.Second, "held by first set"},
+		{[]string{"-s", "-n"}, 1, 0, 2 * time.Second, "held by first set"},
+	} {
+		p := start(t, setArgs(overlapping, tc.flags, script(marks, `echo ran >> "$1"`))...)
+		code := p.wait(10 * time.Second)
+		took := p.ended.Sub(p.started)
+		equal(t, code, tc.want, "%q: %s", tc.flags, p.errors())
+		check(t, took >= tc.min && took < tc.max, "%q: took %v", tc.flags, took)
+		if tc.says == "" {
+			equal(t, p.errors(), "", "%q: stderr", tc.flags)
+		} else {
+			contains(t, p.errors(), tc.says, "%q", tc.flags)
+		}
+	}
+
+	interrupted := start(t, setArgs([]string{k[1], k[2]}, nil, script(marks, `echo ran >> "$1"`))...)
+	waitInLine(t, k[2])
+	must(t, interrupted.cmd.Process.Signal(syscall.SIGTERM))
+	equal(t, interrupted.wait(5*time.Second), 128+int(syscall.SIGTERM), "%s", interrupted.errors())
+
+	second := start(t, setArgs(overlapping, nil, waitForExit(marks, "B"))...)
+	waitInLine(t, k[2])
+	check(t, !exists(t, c, k[2]), "the waiting set holds %s, a key nobody else holds", k[2])
+	check(t, second.running(), "the waiting set exited: %s", second.errors())
+	must(t, os.WriteFile(marks+".exit", nil, 0o644))
+	equal(t, first.wait(5*time.Second), 0, "%s", first.errors())
+	equal(t, second.wait(5*time.Second), 0, "%s", second.errors())
+	equal(t, strings.Join(lines(t, marks), ","), "start A,end A,start B,end B")
+	for _, key := range k {
+		code, out, stderr := runCLI(t, "status", key)
+		equal(t, code, exitFree, "%s: %s", key, stderr)
+		contains(t, out, "waiting:  0\n", "places left in %s's line", key)
+	}
+}
+
+// Runs on sets in opposite orders (a b, b a) and runs on single keys of
+// them, started together, all run to their end without deadlock, and no
+// two that share a key run their commands at once.
+func TestRun_SetsInAnyOrderDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	needRedis(t)
+	k := testKeys(t, 2)
+	marks := marksFile(t)
+	runs := map[string][]string{"AB": {k[0], k[1]}, "BA": {k[1], k[0]}, "A": {k[0]}, "B": {k[1]}, "AB2": {k[0], k[1]}, "BA2": {k[1], k[0]}}
+	var ps []*proc
+	for name, keys := range runs {
+		ps = append(ps, start(t, setArgs(keys, []string{"-ttl", "2s"},
+			script(marks, `echo "start `+name+`" >> "$1"; sleep 0.2; echo "end `+name+`" >> "$1"`))...))
+	}
+	for _, p := range ps {
+		equal(t, p.wait(20*time.Second), 0, "%s", p.errors())
+	}
+	ls := lines(t, marks)
+	equal(t, len(ls), 2*len(runs), "marks: %q", ls)
+	running := map[string]bool{}
+	for _, l := range ls {
+		what, name, _ := strings.Cut(l, " ")
+		if what == "end" {
+			delete(running, name)
+			continue
+		}
+		for other := range running {
+			for _, key := range runs[name] {
+				check(t, !slices.Contains(runs[other], key), "%s started while %s held %s: %q", name, other, key, ls)
+			}
+		}
+		running[name] = true
+	}
+}
+
+// Reader sets (-s) hold their keys together with other readers, sets or
+// single keys, while a writer on one of their keys does not get it (-n:
+// the conflict status, naming the readers).
+func TestRun_SharedSetSharesKeysWithReaders(t *testing.T) {
+	t.Parallel()
+	needRedis(t)
+	k := testKeys(t, 2)
+	marks := marksFile(t)
+	a := start(t, setArgs(k, []string{"-s"}, waitForExit(marks, "A"))...)
+	waitLine(t, marks, "start A", 5*time.Second)
+	for _, keys := range [][]string{{k[1], k[0]}, {k[1]}} {
+		code, _, stderr := runCLI(t, setArgs(keys, []string{"-s", "-n"}, script(marks, `echo reader >> "$1"`))...)
+		equal(t, code, 0, "%q: %s", keys, stderr)
+	}
+	code, _, stderr := runCLI(t, runArgs(k[1], []string{"-n"}, script(marks, `echo writer >> "$1"`))...)
+	equal(t, code, exitConflict, "%s", stderr)
+	contains(t, stderr, ", readers of a read-write lock")
+	must(t, os.WriteFile(marks+".exit", nil, 0o644))
+	equal(t, a.wait(5*time.Second), 0, "%s", a.errors())
+	equal(t, strings.Join(lines(t, marks), ","), "start A,reader,reader,end A")
+}
+
+// A set one of whose keys holds a semaphore's permits or data of another
+// kind than a lock is a conflict at once, whatever -w (the library does
+// not wait for those): the conflict status, naming that key and what it
+// holds, -q or not for data of another kind. The set's other keys are
+// left free, with nobody in their lines.
+func TestRun_SetWithKeyOfAnotherKindIsAConflict(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	ctx := context.Background()
+	k := testKeys(t, 3)
+	free, semaphore, list := k[0], k[1], k[2]
+	lk, err := redislock.New(c, redislock.WithHolder("test holder")).Obtain(ctx, semaphore, 30*time.Second, redislock.WithPermits(3))
+	must(t, err)
+	t.Cleanup(func() { _ = lk.Release(context.Background()) })
+	must(t, c.RPush(ctx, list, "a").Err())
+	t.Cleanup(func() { c.Del(context.Background(), list) })
+	marks := marksFile(t)
+	for _, tc := range []struct {
+		keys  []string
+		flags []string
+		want  int
+		says  string
+	}{
+		{[]string{free, semaphore}, []string{"-w", "5"}, 1, fmt.Sprintf("%q: the key holds a semaphore of 3 permits, not a lock, held by test holder (lease ", semaphore)},
+		{[]string{free, semaphore}, []string{"-s", "-E", "42"}, 42, "; run does not wait for it\n"},
+		{[]string{free, list}, []string{"-w", "5"}, 1, fmt.Sprintf("%q: the key holds data of another kind than a lock\n", list)},
+		{[]string{free, list}, []string{"-q", "-n"}, 1, "data of another kind"},
+		{[]string{free, semaphore, list}, nil, 1, fmt.Sprintf("%q: the key holds data of another kind", list)},
+	} {
+		p := start(t, setArgs(tc.keys, tc.flags, script(marks, `echo ran >> "$1"`))...)
+		code := p.wait(10 * time.Second)
+		equal(t, code, tc.want, "%q %q: %s", tc.keys, tc.flags, p.errors())
+		check(t, p.ended.Sub(p.started) < 3*time.Second, "%q %q: took %v", tc.keys, tc.flags, p.ended.Sub(p.started))
+		contains(t, p.errors(), tc.says, "%q %q", tc.keys, tc.flags)
+	}
+	equal(t, len(lines(t, marks)), 0, "COMMAND ran")
+	code, out, stderr := runCLI(t, "status", free)
+	equal(t, code, exitFree, "%s", stderr)
+	contains(t, out, "waiting:  0\n")
+}
+
+// Losing any key of a set is losing the lock: when one key of a running
+// set is deleted, COMMAND gets SIGTERM within the 1 s lease and redislock
+// exits with 75, naming the set; the set's other keys are released.
+func TestRun_SetLostKeyTerminatesCommand(t *testing.T) {
+	t.Parallel()
+	c := client(t)
+	k := testKeys(t, 2)
+	marks := marksFile(t)
+	p := start(t, setArgs(k, []string{"-ttl", "1s"},
+		script(marks, `trap 'echo TERM >> "$1"; exit 0' TERM; echo "started $$" >> "$1"; sleep 30 & wait`))...)
+	waitLine(t, marks, "started", 5*time.Second)
+	killGroupAtEnd(t, pidOf(t, marks, "started "))
+
+	must(t, c.Del(context.Background(), k[1]).Err())
+	deleted := time.Now()
+	equal(t, p.wait(5*time.Second), exitLost, "%s", p.errors())
+	contains(t, p.errors(), fmt.Sprintf("redislock: lock on the set %q, %q lost", k[0], k[1]))
+	hasLine(t, marks, "TERM")
+	check(t, p.ended.Sub(deleted) < 2*time.Second, "redislock exited %v after the key was deleted", p.ended.Sub(deleted))
+	check(t, !exists(t, c, k[0]), "the key not lost is still held")
+}

@@ -17,7 +17,7 @@ import (
 	"github.com/seed5e0b76d9/redislock/cmd/redislock/internal/redisurl"
 )
 
-// statusTimeout bounds status's one call to Redis.
+// statusTimeout bounds all that status does with Redis: a look at each key.
 const statusTimeout = 10 * time.Second
 
 // modeFree is the mode status reports for a key nobody holds.
@@ -41,7 +41,9 @@ type holderJSON struct {
 }
 
 // status runs the status subcommand and returns the exit status: 0 when
-// nobody holds the key, 1 when it is held or holds data of another kind.
+// nobody holds any of the keys, 1 when one is held or holds data of another
+// kind. It looks at every key before it prints: a Redis that fails on one
+// prints nothing on stdout.
 func status(cfg statusConfig, stdout, stderr io.Writer) int {
 	rdb, err := redisurl.NewClient(cfg.redisURL)
 	if err != nil { // parseStatus made one from the same URL
@@ -56,24 +58,35 @@ func status(cfg statusConfig, stdout, stderr io.Writer) int {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
-	info, err := redislock.New(rdb, redislock.WithNamespace(cfg.namespace)).Inspect(ctx, cfg.key)
-	if err != nil {
-		fmt.Fprint(stderr, errorLine(err))
-		return exitRedis
+	locker := redislock.New(rdb, redislock.WithNamespace(cfg.namespace))
+	infos := make([]redislock.Info, len(cfg.keys))
+	for i, key := range cfg.keys {
+		if infos[i], err = locker.Inspect(ctx, key); err != nil {
+			fmt.Fprint(stderr, errorLine(err))
+			return exitRedis
+		}
 	}
-	if cfg.json {
-		err = printJSON(stdout, info)
-	} else {
-		err = printStatus(stdout, info)
+	var out strings.Builder // takes every write
+	for i, info := range infos {
+		if cfg.json {
+			_ = printJSON(&out, info) // one object a key, one after another
+			continue
+		}
+		if i > 0 {
+			out.WriteString("\n") // a blank line between keys
+		}
+		_ = printStatus(&out, info)
 	}
-	if err != nil {
+	if _, err = io.WriteString(stdout, out.String()); err != nil {
 		fmt.Fprint(stderr, errorLine(err))
 		return exitCannotSay
 	}
-	if info.Mode == "" {
-		return exitFree
+	for _, info := range infos {
+		if info.Mode != "" {
+			return exitConflict // held, or data of another kind: not free
+		}
 	}
-	return exitConflict // held, or data of another kind: not free
+	return exitFree
 }
 
 func toJSON(info redislock.Info) statusJSON {

@@ -269,3 +269,68 @@ func TestStatus_UnwritableOutputExits74(t *testing.T) {
 		full.Close()
 	}
 }
+
+// status with several keys shows each, in the order given, as status of
+// one key does, a blank line between them: a set held by one run shows
+// its token at each of its keys. It exits 1 when one of them is held and
+// 0 when none is. -json prints one object a key, one after another.
+func TestStatus_SeveralKeys(t *testing.T) {
+	t.Parallel()
+	needRedis(t)
+	k := testKeys(t, 4)
+	held, free := []string{k[0], k[1]}, []string{k[2], k[3]}
+	marks := marksFile(t)
+	p := start(t, setArgs(held, []string{"-holder", "the set"},
+		script(marks, `echo "token $REDISLOCK_TOKEN" >> "$1"; sleep 30 & echo "started $$" >> "$1"; wait`))...)
+	waitLine(t, marks, "started", 5*time.Second)
+	killGroupAtEnd(t, pidOf(t, marks, "started "))
+	token := strings.TrimPrefix(lines(t, marks)[0], "token ")
+
+	code, out, stderr := runCLI(t, "status", k[1], k[2], k[0])
+	equal(t, code, exitConflict, stderr)
+	blocks := strings.Split(out, "\n\n")
+	if len(blocks) != 3 {
+		t.Fatalf("%d blocks: %q", len(blocks), out)
+	}
+	for i, key := range []string{k[1], k[2], k[0]} {
+		check(t, strings.HasPrefix(blocks[i], "key:      "+key+"\n"), "block %d: %q", i, blocks[i])
+		if key == k[2] {
+			contains(t, blocks[i], "mode:     free\n")
+		} else {
+			contains(t, blocks[i], "holder:   the set\n", "%s", key)
+			contains(t, blocks[i], "  token:  "+token+"\n", "%s", key)
+		}
+	}
+	check(t, strings.HasSuffix(out, "waiting:  0\n"), "%q", out)
+
+	code, out, stderr = runCLI(t, "status", "-json", k[1], k[2], k[0])
+	equal(t, code, exitConflict, stderr)
+	d := json.NewDecoder(strings.NewReader(out))
+	var got []statusJSON
+	for d.More() {
+		var s statusJSON
+		must(t, d.Decode(&s), "%q", out)
+		got = append(got, s)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d objects: %q", len(got), out)
+	}
+	for i, want := range []struct {
+		key  string
+		held bool
+	}{{k[1], true}, {k[2], false}, {k[0], true}} {
+		equal(t, got[i].Key, want.key)
+		equal(t, got[i].Held, want.held, "%s", want.key)
+	}
+	if len(got[0].Holders) != 1 || got[0].Holders[0].Token != token {
+		t.Errorf("%s: holders %+v, want one of token %s", k[1], got[0].Holders, token)
+	}
+
+	for _, args := range [][]string{{"status", free[0], free[1]}, {"status", "-json", free[0], free[1]}} {
+		code, _, stderr = runCLI(t, args...)
+		equal(t, code, exitFree, "%q: %s", args, stderr)
+	}
+
+	must(t, p.cmd.Process.Signal(sigterm))
+	p.wait(5 * time.Second)
+}
