@@ -158,8 +158,8 @@ func (e *opError) Error() string {
 }
 
 // scriptSuffix is what Redis adds to an error reply raised in a script:
-// " script: <sha1>, on @user_script:<line>." (and Valkey alike).
-var scriptSuffix = regexp.MustCompile(` script: [0-9a-f]{40}, on @user_script:\d+\.?`)
+// " script: <sha1>, on @user_script:<line>." (Valkey 9: without the sha1).
+var scriptSuffix = regexp.MustCompile(` script: (?:[0-9a-f]{40}, )?on @user_script:\d+\.?`)
 
 func (e *opError) Unwrap() error { return e.err }
 

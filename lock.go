@@ -87,7 +87,9 @@ func (lk *Lock) Key() string {
 	return lk.key
 }
 
-// Token returns the random token stored at the key while the lock is held.
+// Token returns the random token stored at the key while the lock is held
+// (at every key of a set; of a set across Cluster slots, the token of the
+// first slot's keys: each slot's keys hold a token of their own).
 // A lock that a Locker passes from one of its Obtains to the next without a
 // round trip (see Obtain) keeps the token: the key is held by the same hold
 // in Redis. Locks handed over by Redis, and fenced locks, always have a
@@ -431,9 +433,10 @@ func (lk *Lock) lose(ctx context.Context, why error) {
 	}
 }
 
-// gone is why lk is lost when a command found the key gone or another's.
+// gone is why lk is lost when a command found the key gone or another's
+// (for a set, one of its keys: Release names which).
 func (lk *Lock) gone() error {
-	return fmt.Errorf("%w: %s was gone or held by another owner", ErrLockLost, quoteKey(lk.key))
+	return fmt.Errorf("%w: %s was gone or held by another owner", ErrLockLost, quoteKeys(lk.key, lk.set))
 }
 
 // lapse records that lk, which its acquisition has not returned yet, is not
