@@ -235,10 +235,13 @@ func TestDocs_LinkParser(t *testing.T) {
 }
 
 // The README's two commands: the demo, and the tests of the modules that
-// have them (the library, tests/, examples/ and cmd/redislock).
+// have them (the library, at its go.mod's requirements, outside the
+// workspace; tests/, examples/ and cmd/redislock in it), after the line that
+// makes the workspace of the checkout's modules when there is none.
 const (
 	demoCommand = "(cd examples && go run ./oversell)"
-	testCommand = "go test -race ./... && (cd tests && go test -race ./...) && (cd examples && go test -race ./...) && (cd cmd/redislock && go test -race ./...)"
+	testCommand = "[ -f go.work ] || go work init . ./tests ./examples ./cmd/redislock ./otelredislock ./bench\n" +
+		"GOWORK=off go test -race ./... && (cd tests && go test -race ./...) && (cd examples && go test -race ./...) && (cd cmd/redislock && go test -race ./...)"
 )
 
 // TestDocs_README checks the README's promises to newcomers and to CI: at
@@ -390,4 +393,40 @@ func recvName(e ast.Expr) string {
 		return e.Name
 	}
 	return ""
+}
+
+// TestDocs_PublishedModules checks what docs/development.md promises of the
+// modules published beside the library (the command and otelredislock):
+// each can be installed or required from its tag, so its go.mod has no
+// replace (go install refuses one), requires the library at a released
+// version (not a pseudo-version), and asks for no newer Go than the
+// library's go line.
+func TestDocs_PublishedModules(t *testing.T) {
+	goLine := func(mod string) string {
+		m := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindStringSubmatch(mod)
+		if m == nil {
+			t.Fatal("no go line")
+		}
+		return m[1]
+	}
+	root, err := os.ReadFile("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"cmd/redislock", "otelredislock"} {
+		src, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mod := string(src)
+		if regexp.MustCompile(`(?m)^replace\b`).MatchString(mod) {
+			t.Errorf("%s/go.mod has a replace directive: go install and go get of its tag would fail", dir)
+		}
+		if !regexp.MustCompile(`(?m)^\s*github\.com/seed5e0b76d9/redislock v\d+\.\d+\.\d+$`).MatchString(mod) {
+			t.Errorf("%s/go.mod does not require the library at a released version", dir)
+		}
+		if got, want := goLine(mod), goLine(string(root)); got != want {
+			t.Errorf("%s/go.mod: go %s, want the library's go %s", dir, got, want)
+		}
+	}
 }

@@ -16,7 +16,7 @@ func BenchmarkHooks_ObtainRelease(b *testing.B) {
 	obtain := redislock.ObtainEvent{Key: "order:42", Outcome: redislock.OutcomeAcquired, Wait: time.Millisecond, Attempts: 1}
 	release := redislock.ReleaseEvent{Key: "order:42", Outcome: redislock.OutcomeReleased, Held: time.Millisecond}
 	b.ReportAllocs()
-	for b.Loop() {
+	for range b.N {
 		hooks.Obtain(ctx, obtain)
 		hooks.Release(ctx, release)
 	}

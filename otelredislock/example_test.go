@@ -60,17 +60,21 @@ func ExampleNew_manualReader() {
 	if err := reader.Collect(ctx, &rm); err != nil {
 		log.Fatal(err)
 	}
+	outcome := func(attrs attribute.Set) string {
+		if v, ok := attrs.Value(otelredislock.AttrOutcome); ok {
+			return v.Emit()
+		}
+		return ""
+	}
 	for _, m := range rm.ScopeMetrics[0].Metrics {
 		switch data := m.Data.(type) {
 		case metricdata.Histogram[float64]:
 			for _, dp := range data.DataPoints {
-				outcome, _ := dp.Attributes.Value(otelredislock.AttrOutcome)
-				fmt.Printf("%s{%s}: %d sample, sum %g %s\n", m.Name, outcome.Emit(), dp.Count, dp.Sum, m.Unit)
+				fmt.Printf("%s{%s}: %d sample, sum %g %s\n", m.Name, outcome(dp.Attributes), dp.Count, dp.Sum, m.Unit)
 			}
 		case metricdata.Sum[int64]:
 			for _, dp := range data.DataPoints {
-				outcome, _ := dp.Attributes.Value(otelredislock.AttrOutcome)
-				fmt.Printf("%s{%s}: %d %s\n", m.Name, outcome.Emit(), dp.Value, m.Unit)
+				fmt.Printf("%s{%s}: %d %s\n", m.Name, outcome(dp.Attributes), dp.Value, m.Unit)
 			}
 		}
 	}

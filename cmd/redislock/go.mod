@@ -1,18 +1,14 @@
 module github.com/seed5e0b76d9/redislock/cmd/redislock
 
-go 1.26.0
+go 1.22
 
 require (
-	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/go-redis/v9 v9.18.0
 	github.com/seed5e0b76d9/redislock v0.1.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	github.com/dgryski/go-rendezvous v0.0.0-20200823014737-9f7001d12a5f // indirect
+	go.uber.org/atomic v1.11.0 // indirect
 )
-
-// The library at the same commit: drop this when redislock and
-// cmd/redislock/v0.1.0 are tagged, so that go install ...@version works.
-replace github.com/seed5e0b76d9/redislock => ../..
