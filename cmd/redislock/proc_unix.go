@@ -23,10 +23,13 @@ func signalJob(p *os.Process, group bool, s os.Signal) error {
 	return syscall.Kill(-p.Pid, s.(syscall.Signal))
 }
 
-// groupAlive reports whether the process group pgid has a process left.
+// groupAlive reports whether the process group pgid has a process left
+// that has not exited: an orphan that exited stays in its group until the
+// init process reaps it, which some (a container's) do a second later; it
+// runs nothing any more (see runningIn).
 func groupAlive(pgid int) bool {
 	err := syscall.Kill(-pgid, 0)
-	return err == nil || err == syscall.EPERM
+	return (err == nil || err == syscall.EPERM) && runningIn(pgid)
 }
 
 // exitStatus returns a shell's $? for a process that ended as ps says:
