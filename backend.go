@@ -122,6 +122,9 @@ func renewReplyOf(cmd *redis.Cmd, key string, r replicas, acked int64) renewRepl
 	case code == replyOK && int(acked) < r.n:
 		return renewReply{err: failed("renew", key, notReplicated(r, acked, "the renewal does not count"))}
 	}
+	if code == replyNotOurs && len(fences) > 0 {
+		return renewReply{code: code, missing: int(fences[0])}
+	}
 	return renewReply{code: code, fences: fences}
 }
 

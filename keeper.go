@@ -442,7 +442,7 @@ func (k *keeper) renew(l *Locker, sends []renewalSend) {
 	for i, s := range batch {
 		sets[i].done(replies[i])
 		if replies[i].lost() {
-			s.r.lk.lose(s.r.ctx, s.r.lk.gone())
+			s.r.lk.lose(s.r.ctx, s.r.lk.gone(replies[i].missing))
 		}
 	}
 	retry := time.Now().Add(renewRetry)

@@ -21,8 +21,8 @@ import (
 // closed connection still delivers what it had sent). The argument:
 //
 //   - Each command carries a generation. A command that sets another
-//     length than the one before it (a Refresh to another ttl, a claim, a
-//     renewal after a Refresh that did not return) starts a new one, so
+//     length than the one before it (a Refresh to another ttl, a claim)
+//     starts a new one, so
 //     that all the commands of a generation set the same length, whatever
 //     became of those before them (a Refresh abandoned at its deadline may
 //     still run). Redis keeps, per holder, the highest generation it ran,
@@ -59,7 +59,7 @@ import (
 // (beginSet refuses).
 type leaseClock struct {
 	until  time.Time
-	ttl    time.Duration // the lease renewals set: the acquisition's, or the latest Refresh's
+	ttl    time.Duration // the lease renewals set: the acquisition's, or the latest Refresh's sent
 	gen    int64         // the generation of the latest command sent
 	genTTL time.Duration // the length that the commands of generation gen set
 	cmds   []leaseCmd    // commands that Redis may run after one in flight
@@ -184,11 +184,10 @@ func (lk *Lock) refreshArgs(ttl time.Duration, gen int64, fenced bool) refreshAr
 	return refreshArgs{key: lk.key, set: lk.set, token: lk.token, mode: lk.mode, ttl: ttl, gen: gen, fenced: fenced, described: lk.described}
 }
 
-// renewTo makes ttl the lease that renewals set from now on (see
-// leaseClock), and reschedules KeepAlive's next renewal from it.
-func (lk *Lock) renewTo(ttl time.Duration) {
+// rescheduleRenewal reschedules KeepAlive's next renewal of lk from the
+// lease a command set (beginSet made its length the one renewals set).
+func (lk *Lock) rescheduleRenewal() {
 	lk.mu.Lock()
-	lk.clock.ttl = ttl
 	r := lk.renewal
 	lk.mu.Unlock()
 	if r != nil {
@@ -209,9 +208,10 @@ func (lk *Lock) lease() (until time.Time, ttl time.Duration) {
 // replySuperseded (held, but Redis had run a command of a later generation:
 // not set) or replyNotOurs (not held: lost).
 type renewReply struct {
-	code   int64
-	fences []int64 // issued, one per key (when asked for)
-	err    error
+	code    int64
+	fences  []int64 // issued, one per key (when asked for)
+	missing int     // replyNotOurs: the first key not held, by its place in the lock's keys from 1 (0: not known)
+	err     error
 }
 
 func (r renewReply) set() bool  { return r.err == nil && r.code == replyOK }
@@ -269,6 +269,7 @@ func (lk *Lock) beginSet(ttl time.Duration, fence bool) (s leaseSet, ok bool) {
 	}
 	sent := time.Now()
 	id, gen, moved := lk.clock.send(sent, ttl)
+	lk.clock.ttl = ttl // a renewal sent after a Refresh sets its length
 	lk.generations = lk.generations || gen > 0
 	r := lk.renewal
 	if moved {
@@ -282,9 +283,7 @@ func (lk *Lock) beginSet(ttl time.Duration, fence bool) (s leaseSet, ok bool) {
 }
 
 // done records r, the reply to s, on the lease clock, and the fence it
-// issued. A lease that was set is not yet the lease renewals set: that
-// takes renewTo (setLease calls it; the keeper renews to that lease
-// already).
+// issued.
 func (s leaseSet) done(r renewReply) {
 	lk := s.lk
 	lk.mu.Lock()
@@ -318,7 +317,7 @@ func (lk *Lock) setLease(ctx context.Context, ttl time.Duration, fence bool) (re
 		return r, r.err
 	})
 	if err == nil && r.set() {
-		lk.renewTo(ttl)
+		lk.rescheduleRenewal()
 	}
 	return r, err
 }

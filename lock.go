@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -254,7 +255,7 @@ func (lk *Lock) release(ctx context.Context, finally bool) error {
 // the Locker's backend.
 func (lk *Lock) end(ctx context.Context) error {
 	if !lk.beginRelease() {
-		return ErrNotHeld
+		return lk.notHeld(nil)
 	}
 	lk.stopKeeping()
 	if lk.parts != nil {
@@ -345,12 +346,18 @@ func (lk *Lock) drop(ctx context.Context) (dropReply, error) {
 	return dropReply{code: code, resent: sent.resent()}, err
 }
 
-// notHeld is the error of a release of lk that did not find lost held.
+// notHeld is the error of an operation on lk that did not find lost held
+// (nil: did not say which keys, or sent nothing). Once lk was found lost,
+// it says what was found: the Locker gives back what is left of a kept
+// lock in the background, so what a release finds missing later is no news.
 func (lk *Lock) notHeld(lost []string) error {
 	lk.mu.Lock()
-	unsure := lk.unsure
+	unsure, why := lk.unsure, lk.lostWhy
 	lk.mu.Unlock()
 	switch {
+	case why != nil:
+		return fmt.Errorf("%w: %s", ErrNotHeld, strings.TrimPrefix(why.Error(), ErrLockLost.Error()+": "))
+	case lost == nil:
 	case lk.set != nil:
 		return fmt.Errorf("%w: %s: not held by this lock any more (the set's other keys were released)", ErrNotHeld, quoteAll(lost))
 	case unsure:
@@ -433,10 +440,14 @@ func (lk *Lock) lose(ctx context.Context, why error) {
 	}
 }
 
-// gone is why lk is lost when a command found the key gone or another's
-// (for a set, one of its keys: Release names which).
-func (lk *Lock) gone() error {
-	return fmt.Errorf("%w: %s was gone or held by another owner", ErrLockLost, quoteKeys(lk.key, lk.set))
+// gone is why lk is lost when a command found the key gone or another's:
+// of a set, its i-th key (from 1), or one of them when i is 0.
+func (lk *Lock) gone(i int) error {
+	what := quoteKeys(lk.key, lk.set)
+	if i >= 1 && i <= len(lk.set) {
+		what = quoteKey(lk.set[i-1])
+	}
+	return fmt.Errorf("%w: %s was gone or held by another owner", ErrLockLost, what)
 }
 
 // lapse records that lk, which its acquisition has not returned yet, is not
@@ -498,9 +509,11 @@ func (lk *Lock) markReleased() {
 	lk.mu.Unlock()
 }
 
-// Refresh extends the lease to ttl from now if the lock is still held. It
+// Refresh sets the lease to ttl from now if the lock is still held. It
 // returns ErrNotHeld when it is not (see Release); nothing is changed in
 // Redis then. An invalid ttl returns ErrInvalidTTL without contacting Redis.
+// On a kept lock (KeepAlive), the renewals set ttl from the moment Refresh
+// sends it, whatever its outcome: none sent after it sets the old length.
 func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if !lk.usable() {
 		return ErrNotHeld
@@ -524,8 +537,8 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return failed("refresh", lk.key, err)
 	}
 	if r.lost() {
-		lk.lose(ctx, lk.gone())
-		return ErrNotHeld
+		lk.lose(ctx, lk.gone(r.missing))
+		return lk.notHeld(nil)
 	}
 	return nil
 }
@@ -548,8 +561,8 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, failed("read the lease of", lk.key, err)
 	}
 	if left == leaseNotHeld*time.Millisecond {
-		lk.lose(ctx, lk.gone())
-		return 0, ErrNotHeld
+		lk.lose(ctx, lk.gone(0))
+		return 0, lk.notHeld(nil)
 	}
 	return left, nil
 }

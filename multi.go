@@ -203,7 +203,7 @@ func (l *Locker) obtainAcross(ctx context.Context, ttl time.Duration, o *options
 	for _, p := range parts {
 		if p.isLost() {
 			giveBack()
-			return nil, attempts, failed("acquire", p.key, fmt.Errorf("%w while the set waited for the keys of later slots", p.gone()))
+			return nil, attempts, failed("acquire", p.key, fmt.Errorf("%w while the set waited for the keys of later slots", p.gone(0)))
 		}
 		if err := l.claim(ctx, p, ttl, false, false); err != nil {
 			giveBack()
@@ -274,8 +274,8 @@ func (lk *Lock) ttlAcross(ctx context.Context) (time.Duration, error) {
 func (lk *Lock) acrossErr(ctx context.Context, errs []error) error {
 	for _, err := range errs {
 		if errors.Is(err, ErrNotHeld) {
-			lk.lose(ctx, lk.gone())
-			return ErrNotHeld
+			lk.lose(ctx, lk.gone(0))
+			return lk.notHeld(nil)
 		}
 	}
 	return errors.Join(errs...)

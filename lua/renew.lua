@@ -14,8 +14,8 @@
 --         set to ARGV[2] (a fence per key: new, or 0);
 --         {SUPERSEDED, 0} when the keys hold the token but Redis has run a
 --         command of a later generation for it: nothing changed;
---         {NOT_OURS, 0} when a key is absent or holds anything else:
---         nothing changed;
+--         {NOT_OURS, i} when the set's i-th key (1 for one key) is absent
+--         or holds anything else: nothing changed;
 --         {NO_FENCE, why} when a fence could not be issued: nothing
 --         changed.
 
@@ -30,7 +30,7 @@ end
 
 for i = 1, #KEYS, stride do
 	if redis.pcall("GET", KEYS[i]) ~= token then
-		return {NOT_OURS, 0}
+		return {NOT_OURS, (i - 1) / stride + 1}
 	end
 	if ranLater(KEYS[i + 1], token, gen) then
 		return {SUPERSEDED, 0}

@@ -14,9 +14,9 @@
 
 local token, ttl, gen, fenced, mode = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == "1", ARGV[5]
 
-for _, k in ipairs(locks) do
+for i, k in ipairs(locks) do
 	if not isHolder(k, token, mode, kindOf(k)) then
-		return {NOT_OURS, 0}
+		return {NOT_OURS, i}
 	end
 	if ranLater(k.GENS, token, gen) then
 		return {SUPERSEDED, 0}

@@ -3,8 +3,10 @@ package tests
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -416,6 +418,45 @@ func TestKeepAlive_RefreshRacingRenewal(t *testing.T) {
 		assert.NoError(t, lctx.Err(), "the lease was kept")
 	}
 	_ = lk.Release(ctx)
+}
+
+// A Refresh to a longer lease (300 ms to 5 s) on a kept lock is not undone
+// by a renewal: the Refresh's reply is held back until a renewal sent after
+// the Refresh ran has run too, and still the lease left when Refresh
+// returns is the Refresh's (renewals set the length of the latest Refresh
+// sent, from the moment it is sent; before, a renewal sent in that window
+// set the old 300 ms again, a later generation than the Refresh's).
+func TestKeepAlive_RenewalAfterALongerRefreshKeepsItsLength(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	var refreshRan atomic.Bool
+	renewedSince := make(chan struct{}, 1)
+	isRefresh := func(cmd redis.Cmder) bool {
+		return isScript(cmd, renewScript) && slices.ContainsFunc(cmd.Args(), func(a any) bool { return fmt.Sprint(a) == "5000" })
+	}
+	rdb.AddHook(hook{after: func(cmd redis.Cmder, err error) {
+		switch {
+		case err == nil && isRefresh(cmd) && refreshRan.CompareAndSwap(false, true):
+			select { // the Refresh has run; its reply waits for a renewal
+			case <-renewedSince:
+			case <-time.After(2 * time.Second):
+			}
+		case isScript(cmd, renewScript) && refreshRan.Load():
+			select {
+			case renewedSince <- struct{}{}:
+			default:
+			}
+		}
+	}})
+	lk, err := redislock.New(rdb).Obtain(ctx, "k", 300*time.Millisecond)
+	require.NoError(t, err)
+	lctx := lk.KeepAlive(ctx)
+	time.Sleep(150 * time.Millisecond)
+	require.NoError(t, lk.Refresh(ctx, 5*time.Second))
+	assert.Greater(t, rdb.PTTL(ctx, "k").Val(), 4*time.Second, "the lease left after Refresh(5s)")
+	require.NoError(t, lctx.Err())
+	require.NoError(t, lk.Release(ctx))
 }
 
 // KeepAlive follows a shorter Refresh: renewals are rescheduled from the new

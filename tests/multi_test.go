@@ -259,25 +259,51 @@ func TestObtainMulti_Shared(t *testing.T) {
 }
 
 // Losing any key is losing the lock: a key of a kept set deleted under its
-// holder ends the kept context with ErrLockLost, and Release then returns
-// ErrNotHeld naming the key that was lost (the others are released).
+// holder ends the kept context with ErrLockLost, and Release then returns ErrNotHeld naming it, and it alone, whether or not
+// the Locker's give-back of the other keys (in the background) ran first;
+// the other keys are released. Refresh of a set found lost names the key
+// too.
 func TestObtainMulti_LostKeyIsLostLock(t *testing.T) {
 	b := realBackend(t)
-	ctx := ctxT(t, 10*time.Second)
+	ctx := ctxT(t, 20*time.Second)
 	rdb, _ := b.client(t)
-	lk, err := redislock.New(rdb).ObtainMulti(ctx, []string{"s:1", "s:2", "s:3"}, 300*time.Millisecond)
-	require.NoError(t, err)
-	kept := lk.KeepAlive(ctx)
-	require.NoError(t, rdb.Del(ctx, "s:2").Err())
-	select {
-	case <-kept.Done():
-		assert.ErrorIs(t, context.Cause(kept), redislock.ErrLockLost)
-	case <-time.After(2 * time.Second):
-		t.Fatal("the kept context outlived a lost key")
+	l := redislock.New(rdb)
+	for i := range 8 { // the Release races the give-back: after it, or before
+		lk, err := l.ObtainMulti(ctx, []string{"s:1", "s:2", "s:3"}, 300*time.Millisecond)
+		require.NoError(t, err)
+		kept := lk.KeepAlive(ctx)
+		time.Sleep(time.Duration(i) * 13 * time.Millisecond)
+		require.NoError(t, rdb.Del(ctx, "s:2").Err())
+		select {
+		case <-kept.Done():
+			assert.ErrorIs(t, context.Cause(kept), redislock.ErrLockLost)
+		case <-time.After(2 * time.Second):
+			t.Fatal("the kept context outlived a lost key")
+		}
+		assert.False(t, time.Now().Before(lk.Until()), "Until after the loss")
+		if i%2 == 0 {
+			require.NoError(t, l.Shutdown(ctx)) // the give-back ran
+		}
+		err = lk.Release(ctx)
+		require.ErrorIs(t, err, redislock.ErrNotHeld)
+		assert.Contains(t, err.Error(), `"s:2"`)
+		assert.NotContains(t, err.Error(), `"s:1"`)
+		assert.NotContains(t, err.Error(), `"s:3"`)
+		require.NoError(t, l.Shutdown(ctx))
+		assert.Zero(t, rdb.Exists(ctx, "s:1", "s:3").Val(), "the keys still held were released")
 	}
-	assert.False(t, time.Now().Before(lk.Until()), "Until after the loss")
 
-	lk, err = redislock.New(rdb).ObtainMulti(ctx, []string{"t:1", "t:2"}, time.Minute)
+	lk, err := l.ObtainMulti(ctx, []string{"r:1", "r:2"}, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, rdb.Del(ctx, "r:2").Err())
+	err = lk.Refresh(ctx, time.Minute)
+	require.ErrorIs(t, err, redislock.ErrNotHeld)
+	assert.Contains(t, err.Error(), `"r:2"`)
+	assert.NotContains(t, err.Error(), `"r:1"`)
+	require.ErrorIs(t, lk.Release(ctx), redislock.ErrNotHeld)
+	assert.Zero(t, rdb.Exists(ctx, "r:1").Val(), "the key still held was released")
+
+	lk, err = l.ObtainMulti(ctx, []string{"t:1", "t:2"}, time.Minute)
 	require.NoError(t, err)
 	require.NoError(t, rdb.Del(ctx, "t:2").Err())
 	err = lk.Release(ctx)
