@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -117,6 +118,16 @@ func failed(op, key string, err error) error {
 		e.hint = " (redislock needs Redis 7.0 or newer)"
 	}
 	return e
+}
+
+// ctxErr is ctx's error, with its cause beside it when that is another
+// (ErrLockLost: an outer lock's loss ended it).
+func ctxErr(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
 }
 
 // waitFailed is the error of a wait for key that ctx ended (cause: ctx's

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // How a Locker waits for a key that another holder has: the line.
@@ -960,7 +962,9 @@ func (ls *lines) retire(s *subscription, linger time.Duration) bool {
 // taken by an acquisition that gave up), which hands it on. With spend, it
 // also marks the token spent (see spend.lua), for as long as go-redis may
 // still send a command of it: a copy of an attempt that runs later takes
-// nothing.
+// nothing. It tries again until it reaches Redis, within withdrawTimeout:
+// the attempt may have taken the key, and nothing else would give it back
+// before its lease ends.
 func (l *Locker) withdraw(keys []string, token string, m lockMode, spend bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)
 	defer cancel()
@@ -971,8 +975,13 @@ func (l *Locker) withdraw(keys []string, token string, m lockMode, spend bool) {
 	if spend {
 		a.spend = l.spendFor()
 	}
-	res, err := runRelease(ctx, l.client, l.keys, a)
-	l.lines.releaseDone(l, keys, nil, res, err)
+	for {
+		res, err := runRelease(ctx, l.client, l.keys, a)
+		if err == nil || refused(err) || errors.Is(err, redis.ErrClosed) || sleep(ctx, nil, renewRetry) != nil {
+			l.lines.releaseDone(l, keys, nil, res, err)
+			return
+		}
+	}
 }
 
 // nextBackoff returns the polling delay after prev: drawn at random from

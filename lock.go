@@ -352,11 +352,13 @@ func (lk *Lock) drop(ctx context.Context) (dropReply, error) {
 // lock in the background, so what a release finds missing later is no news.
 func (lk *Lock) notHeld(lost []string) error {
 	lk.mu.Lock()
-	unsure, why := lk.unsure, lk.lostWhy
+	unsure, why, found := lk.unsure, lk.lostWhy, lk.lost
 	lk.mu.Unlock()
 	switch {
 	case why != nil:
 		return fmt.Errorf("%w: %s", ErrNotHeld, strings.TrimPrefix(why.Error(), ErrLockLost.Error()+": "))
+	case found:
+		return fmt.Errorf("%w: %s: no renewal got through before the lease's end", ErrNotHeld, quoteKeys(lk.key, lk.set))
 	case lost == nil:
 	case lk.set != nil:
 		return fmt.Errorf("%w: %s: not held by this lock any more (the set's other keys were released)", ErrNotHeld, quoteAll(lost))
@@ -438,6 +440,13 @@ func (lk *Lock) lose(ctx context.Context, why error) {
 	case losable:
 		lk.reportLost(ctx, nil)
 	}
+}
+
+// lostReason is why lk is known to be lost (see lose), or nil.
+func (lk *Lock) lostReason() error {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.lostWhy
 }
 
 // gone is why lk is lost when a command found the key gone or another's:

@@ -101,8 +101,10 @@ func newLocker(client redis.UniversalClient, o options) *Locker {
 // wraps go-redis's error, and ctx's when the deadline ended a wait whose
 // last attempt failed. Errors that waiting cannot cure (a closed client,
 // ErrWrongKind, an error reply such as NOPERM) end the wait at once. A ctx
-// already done returns its error at once, sending nothing (also when it
-// carries the lock: nothing is joined). An invalid key, ttl or option
+// already done returns its error (and its cause, when another) at once,
+// sending nothing (also when it carries the lock: nothing is joined; when
+// the lock it carries is lost, the error wraps ErrLockLost, as the context
+// of WithLock's fn is once the lock is lost). An invalid key, ttl or option
 // returns ErrInvalidKey, ErrInvalidTTL or ErrInvalidOption before anything
 // is sent. ttl must be at least one millisecond; it is truncated to whole
 // milliseconds.
@@ -154,11 +156,18 @@ func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *o
 		return nil, err
 	}
 	start := time.Now()
-	var lk *Lock
-	attempts, err := 0, ctx.Err()
-	if err != nil {
-		err = failed("acquire", key, err)
-	} else if lk, err = l.join(ctx, key, o); lk == nil && err == nil {
+	attempts := 0
+	lk, err := l.join(ctx, key, o) // a lost lock's context ends with the loss: join says so
+	switch {
+	case ctx.Err() != nil && err != nil:
+		err = fmt.Errorf("%w (%w)", err, ctx.Err())
+	case ctx.Err() != nil:
+		if lk != nil {
+			lk.endHandle()
+			lk = nil
+		}
+		err = failed("acquire", key, ctxErr(ctx))
+	case lk == nil && err == nil:
 		if o.wait > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, o.wait)
@@ -238,8 +247,8 @@ func (l *Locker) check(ctx context.Context, key string, ttl time.Duration, o *op
 	switch {
 	case o.err != nil:
 		return o.err
-	case o.set != nil:
-		if err := checkSet(o); err != nil {
+	case o.multi:
+		if err := checkSet(o, key); err != nil {
 			return err
 		}
 	case checkKey(key) != nil:

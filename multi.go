@@ -87,8 +87,10 @@ func (l *Locker) WithLockMulti(ctx context.Context, keys []string, fn func(ctx c
 }
 
 // setOf makes o a set's call on keys, and returns its first key (""
-// without one: checkSet refuses it). One key is a call of one key.
+// without one: checkSet refuses it). One key is a call of one key, checked
+// as a set's (no permits, no quorum).
 func (o *options) setOf(keys []string) string {
+	o.multi = true
 	if len(keys) == 1 {
 		return keys[0]
 	}
@@ -100,21 +102,26 @@ func (o *options) setOf(keys []string) string {
 }
 
 // checkSet refuses a set's call that cannot be made: no key, a key given
-// twice or invalid, more than MaxKeys, permits.
-func checkSet(o *options) error {
+// twice or invalid, more than MaxKeys, permits. key is the call's key (see
+// setOf).
+func checkSet(o *options, key string) error {
+	keys := o.set
+	if keys == nil {
+		keys = []string{key} // a set of one key
+	}
 	switch {
-	case len(o.set) == 0:
+	case len(keys) == 0:
 		return fmt.Errorf("%w: no keys", ErrInvalidKey)
-	case len(o.set) > MaxKeys:
-		return fmt.Errorf("%w: %d keys: at most %d", ErrInvalidKey, len(o.set), MaxKeys)
+	case len(keys) > MaxKeys:
+		return fmt.Errorf("%w: %d keys: at most %d", ErrInvalidKey, len(keys), MaxKeys)
 	case o.mode.permits > 0:
 		return fmt.Errorf("%w: WithPermits: a semaphore is one key, not a set", ErrInvalidOption)
 	}
-	for i, key := range o.set {
+	for i, key := range keys {
 		if err := checkKey(key); err != nil {
 			return err
 		}
-		if slices.Contains(o.set[:i], key) {
+		if slices.Contains(keys[:i], key) {
 			return fmt.Errorf("%w: %s given twice", ErrInvalidKey, quoteKey(key))
 		}
 	}
@@ -178,10 +185,25 @@ func (l *Locker) obtainAcross(ctx context.Context, ttl time.Duration, o *options
 	var parts []*Lock
 	keep, stop := context.WithCancel(context.Background())
 	defer stop()
-	giveBack := func() {
-		for _, p := range parts {
-			l.releaseLater(p)
+	// giveBack releases the parts taken, and waits for it (withdrawWait at
+	// most, also past ctx's end), so that a call that returns has given
+	// them back, or says that the release goes on.
+	giveBack := func(err error) error {
+		if len(parts) == 0 {
+			return err
 		}
+		var done []<-chan struct{}
+		for _, p := range parts {
+			done = append(done, l.releaseLater(p))
+		}
+		wctx, deadline, all := context.WithoutCancel(ctx), time.Now().Add(withdrawWait), true
+		for _, d := range done {
+			all = await(wctx, d, time.Until(deadline)) && all
+		}
+		if !all {
+			return fmt.Errorf("%w; the keys it held are released in the background", err)
+		}
+		return err
 	}
 	attempts := 0
 	for _, g := range groups {
@@ -193,8 +215,7 @@ func (l *Locker) obtainAcross(ctx context.Context, ttl time.Duration, o *options
 		p, n, err := l.backend.acquire(ctx, g[0], ttl, &og)
 		attempts += n
 		if err != nil {
-			giveBack()
-			return nil, attempts, err
+			return nil, attempts, giveBack(err)
 		}
 		parts = append(parts, p)
 		p.keep(keep, false)
@@ -202,12 +223,10 @@ func (l *Locker) obtainAcross(ctx context.Context, ttl time.Duration, o *options
 	stop() // the parts' kept contexts end (context.Canceled)
 	for _, p := range parts {
 		if p.isLost() {
-			giveBack()
-			return nil, attempts, failed("acquire", p.key, fmt.Errorf("%w while the set waited for the keys of later slots", p.gone(0)))
+			return nil, attempts, giveBack(failed("acquire", p.key, fmt.Errorf("%w while the set waited for the keys of later slots", p.gone(0))))
 		}
 		if err := l.claim(ctx, p, ttl, false, false); err != nil {
-			giveBack()
-			return nil, attempts, err
+			return nil, attempts, giveBack(err)
 		}
 	}
 	lk := &Lock{locker: l, key: o.set[0], rkey: l.keys.lock(o.set[0]), set: o.set, token: parts[0].token, mode: o.mode, handles: 1, since: time.Now(), parts: parts}
@@ -327,8 +346,8 @@ func (lk *Lock) keepAcross(ctx context.Context, byHandle bool) context.Context {
 	for i, p := range lk.parts {
 		parts[i] = p.keep(cctx, false)
 		context.AfterFunc(parts[i], func() {
-			if cause := context.Cause(parts[i]); errors.Is(cause, ErrLockLost) {
-				lk.lose(cctx, cause)
+			if errors.Is(context.Cause(parts[i]), ErrLockLost) {
+				lk.lose(cctx, p.lostReason())
 			}
 		})
 	}

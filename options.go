@@ -34,6 +34,7 @@ type options struct {
 	holder     string        // see WithHolder
 	namespace  string        // see WithNamespace
 	set        []string      // a set's keys (ObtainMulti), nil for one key
+	multi      bool          // a call of ObtainMulti, TryObtainMulti or WithLockMulti, of one key too (see setOf)
 	modeSet    bool          // WithShared, WithPermits or WithExclusive came in this apply (see apply)
 	ttlSet     bool          // WithTTL came in this apply
 	call       bool          // the options are a call's (see lockerOnly)

@@ -145,7 +145,7 @@ func (q *quorum) check(o *options, ttl time.Duration) error {
 		return fmt.Errorf("%w: WithShared and WithPermits are not supported by a quorum Locker", ErrInvalidOption)
 	case o.replicas.n > 0:
 		return fmt.Errorf("%w: WithReplicas is not supported by a quorum Locker (its nodes are masters)", ErrInvalidOption)
-	case o.set != nil:
+	case o.multi:
 		return fmt.Errorf("%w: a set of keys (ObtainMulti) is not supported by a quorum Locker", ErrInvalidOption)
 	}
 	return nil

@@ -122,6 +122,9 @@ func (l *Locker) join(ctx context.Context, key string, o *options) (*Lock, error
 		partly := false
 		for _, k := range o.set {
 			for _, a := range l.carried(ctx, k, o.mode) {
+				if _, lost := a.joinable(false); lost {
+					return nil, lostCarried(k)
+				}
 				partly = true
 				if !slices.ContainsFunc(o.set, func(k string) bool { return !slices.Contains(keysOf(a.key, a.set), k) }) {
 					carried = append(carried, a)
@@ -133,26 +136,39 @@ func (l *Locker) join(ctx context.Context, key string, o *options) (*Lock, error
 		}
 	}
 	for _, a := range carried {
-		// A set across slots is lost with any part (see keepAcross).
-		across := a.parts != nil && (a.lostAcross() || !time.Now().Before(a.untilAcross()))
-		a.mu.Lock()
-		// A lock found lost stays lost, also once the give-back that
-		// follows the loss has released it (see KeepAlive): lost is set
-		// before any of its contexts ends with ErrLockLost.
-		live := !a.released && !a.releasing && a.handles > 0
-		lost := a.lost || live && (across || a.parts == nil && (a.lostWhy != nil || !time.Now().Before(a.heldUntil())))
-		if live && !lost {
-			a.handles++
-		}
-		a.mu.Unlock()
+		live, lost := a.joinable(true)
 		switch {
 		case lost:
-			return nil, fmt.Errorf("%w: %s: the lock this context carries is lost (its lease is over): its holder must stop", ErrLockLost, quoteKey(key))
+			return nil, lostCarried(key)
 		case live:
 			return &Lock{locker: l, key: key, set: o.set, token: a.token, mode: a.mode, fence: a.FenceOf(key), fences: a.fencesOf(o.set), joined: a}, nil
 		}
 	}
 	return nil, nil
+}
+
+// joinable reports whether a, a lock a context carries, is live and
+// whether it is lost, and takes a handle of it (take) when it is live and
+// not lost. A lock found lost stays lost, also once the give-back that
+// follows the loss has released it (see KeepAlive): lost is set before any
+// of its contexts ends with ErrLockLost. A set across slots is lost with
+// any part (see keepAcross).
+func (a *Lock) joinable(take bool) (live, lost bool) {
+	across := a.parts != nil && (a.lostAcross() || !time.Now().Before(a.untilAcross()))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	live = !a.released && !a.releasing && a.handles > 0
+	lost = a.lost || live && (across || a.parts == nil && (a.lostWhy != nil || !time.Now().Before(a.heldUntil())))
+	if take && live && !lost {
+		a.handles++
+	}
+	return live, lost
+}
+
+// lostCarried is the error of a call on key whose context carries a lost
+// lock of key.
+func lostCarried(key string) error {
+	return fmt.Errorf("%w: %s: the lock this context carries is lost (its lease is over): its holder must stop", ErrLockLost, quoteKey(key))
 }
 
 // errPartly is the error of a set's call whose context carries a lock of

@@ -92,19 +92,21 @@ func (r *handOffRec) all() []redislock.HandOffEvent {
 }
 
 // Specifies the fairness of docs/how-it-works.md ("Waiting": Lockers take
-// turns in the order they took their places; "A plain lock (got without a
-// line) is not passed: its release goes through Redis, which hands it to
-// the first in line"): Locker A holds a plain lock; a waiter of another
-// Locker (C) takes its place in the key's line first, then a second Obtain
-// of A's Locker (B) queues behind it; A's Release must give the key to C,
-// not pass it to B, however soon after the acquisition it comes.
+// turns in the order they took their places; "Passes, bounded": a Locker
+// that holds a key passes it to its own waiters for a round of at most 16
+// passes and 10 ms, a plain lock's round starting when it was taken):
+// Locker A holds a plain lock; a waiter of another Locker (C) takes its
+// place in the key's line first, then a second Obtain of A's Locker (B)
+// queues behind it. A Release more than 10 ms after A's Obtain gives the
+// key to C, never to B; one within the round may pass it to B (a local
+// hand-off), and then C is next.
 func TestReview_PlainLockPassOvertakesOtherProcess(t *testing.T) {
 	b := realBackend(t)
-	ctx := ctxT(t, 20*time.Second)
+	ctx := ctxT(t, 30*time.Second)
 	rdb, _ := b.client(t)
 	crdb, _ := b.client(t)
 	checker := b.mustClient(t)
-	overtaken, tries := 0, 0
+	overtaken, late := 0, 0
 	for i := 0; i < 20; i++ {
 		var rec handOffRec
 		la := redislock.New(rdb, redislock.WithHooks(rec.hooks()))
@@ -119,7 +121,9 @@ func TestReview_PlainLockPassOvertakesOtherProcess(t *testing.T) {
 		bch := obtainAsync(ctx, la, key, time.Minute)
 		for len(queued(t, checker, key)) < 2 {
 		}
-		q := queued(t, checker, key)
+		if i%2 == 1 {
+			time.Sleep(15 * time.Millisecond) // past the round
+		}
 		took := time.Since(start)
 		require.NoError(t, a.Release(ctx))
 		var first obtained
@@ -130,17 +134,19 @@ func TestReview_PlainLockPassOvertakesOtherProcess(t *testing.T) {
 			firstIsB = true
 		}
 		require.NoError(t, first.err)
-		if took < 8*time.Millisecond {
-			tries++
-			if firstIsB {
-				overtaken++
-				t.Logf("round %d: B (queued second, line %v) got the key before C; handoffs %+v; both queued %v after A's Obtain", i, q, rec.all(), took)
-			}
+		if took > 10*time.Millisecond {
+			late++
+			assert.False(t, firstIsB, "round %d: released %v after the Obtain, past the round: B overtook C", i, took)
+		} else if firstIsB {
+			overtaken++
+			hs := rec.all()
+			require.NotEmpty(t, hs)
+			assert.True(t, hs[0].Local, "a pass within the round is local: %+v", hs)
 		}
 		require.NoError(t, first.lock.Release(ctx))
 		var second obtained
 		if firstIsB {
-			second = <-cch
+			second = <-cch // C is next: B's release goes through Redis, whatever the round
 		} else {
 			second = <-bch
 		}
@@ -149,8 +155,8 @@ func TestReview_PlainLockPassOvertakesOtherProcess(t *testing.T) {
 		require.NoError(t, la.Shutdown(ctx))
 		require.NoError(t, lc.Shutdown(ctx))
 	}
-	t.Logf("%d of %d rounds within the pass slice: B overtook C %d times", tries, 20, overtaken)
-	assert.Zero(t, overtaken, "a waiter of another process, first in Redis's line, was overtaken by a pass of a plain lock")
+	t.Logf("%d releases past the round; %d passes within it", late, overtaken)
+	assert.Positive(t, late)
 }
 
 // Specifies docs/lock-family.md ("Losing any key is losing the lock: the
