@@ -1481,3 +1481,186 @@ func TestLine_PlainLockIsPassedWithinItsRound(t *testing.T) {
 	})
 	require.NoError(t, locker.Shutdown(ctx))
 }
+
+// handOffRec records HandOff events.
+type handOffRec struct {
+	mu sync.Mutex
+	hs []redislock.HandOffEvent
+}
+
+// Specifies the fairness of docs/how-it-works.md ("Waiting": Lockers take
+// turns in the order they took their places; "Passes, bounded": a Locker
+// that holds a key passes it to its own waiters for a round of at most 16
+// passes and 10 ms, a plain lock's round starting when it was taken):
+// Locker A holds a plain lock; a waiter of another Locker (C) takes its
+// place in the key's line first, then a second Obtain of A's Locker (B)
+// queues behind it. A Release more than 10 ms after A's Obtain gives the
+// key to C, never to B; one within the round may pass it to B (a local
+// hand-off), and then C is next.
+func TestLine_PlainLockPassedWithinItsRound(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	rdb, _ := b.client(t)
+	crdb, _ := b.client(t)
+	checker := b.mustClient(t)
+	overtaken, late := 0, 0
+	for i := 0; i < 20; i++ {
+		var rec handOffRec
+		la := redislock.New(rdb, redislock.WithHooks(rec.hooks()))
+		lc := redislock.New(crdb)
+		key := "fair" + time.Now().Format("150405.000000")
+		a, err := la.Obtain(ctx, key, time.Minute)
+		require.NoError(t, err)
+		start := time.Now()
+		cch := obtainAsync(ctx, lc, key, time.Minute)
+		for len(queued(t, checker, key)) < 1 {
+		}
+		bch := obtainAsync(ctx, la, key, time.Minute)
+		for len(queued(t, checker, key)) < 2 {
+		}
+		if i%2 == 1 {
+			time.Sleep(15 * time.Millisecond) // past the round
+		}
+		took := time.Since(start)
+		require.NoError(t, a.Release(ctx))
+		var first obtained
+		var firstIsB bool
+		select {
+		case first = <-cch:
+		case first = <-bch:
+			firstIsB = true
+		}
+		require.NoError(t, first.err)
+		if took > 10*time.Millisecond {
+			late++
+			assert.False(t, firstIsB, "round %d: released %v after the Obtain, past the round: B overtook C", i, took)
+		} else if firstIsB {
+			overtaken++
+			hs := rec.all()
+			require.NotEmpty(t, hs)
+			assert.True(t, hs[0].Local, "a pass within the round is local: %+v", hs)
+		}
+		require.NoError(t, first.lock.Release(ctx))
+		var second obtained
+		if firstIsB {
+			second = <-cch // C is next: B's release goes through Redis, whatever the round
+		} else {
+			second = <-bch
+		}
+		require.NoError(t, second.err)
+		require.NoError(t, second.lock.Release(ctx))
+		require.NoError(t, la.Shutdown(ctx))
+		require.NoError(t, lc.Shutdown(ctx))
+	}
+	t.Logf("%d releases past the round; %d passes within it", late, overtaken)
+	assert.Positive(t, late)
+}
+
+// slowReplyFailedWithdraw is a go-redis hook with two faults: the reply of
+// the first acquire command (take or acquire script) comes late (the
+// command runs in Redis at once; its reply takes delay, as on a slow
+// return path), and the first release-script command (a withdrawal or a
+// release) fails without reaching Redis, as a write that timed out.
+type slowReplyFailedWithdraw struct {
+	delay    time.Duration
+	acquired atomic.Bool
+	failed   atomic.Bool
+}
+
+type errTimeout struct{}
+
+// Specifies "nothing orphaned" (Obtain: "a call abandoned at ctx's end, or
+// whose outcome is unknown, gives the key back if it took it (and the
+// call's late reply too)"; line.go: "Nothing is orphaned"): an Obtain
+// whose acquire took the key but whose reply came after the call gave up,
+// and whose first withdrawal failed (a write that timed out), still gives
+// the key back: once the late reply says the token took the key, and
+// Shutdown has returned, the key is not held for the lock's ttl by a token
+// nobody owns. Run for a plain lock, a reader (the line's path) and a set.
+func TestLine_LateReplyAfterAFailedWithdrawalLeavesNothing(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		keys []string
+		opts []redislock.Option
+	}{
+		{"plain", []string{"o:plain"}, nil},
+		{"reader", []string{"o:reader"}, []redislock.Option{redislock.WithShared()}},
+		{"set", []string{"o:s1", "o:s2"}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := realBackend(t)
+			ctx := ctxT(t, 20*time.Second)
+			rdb, _ := b.client(t)
+			checker := b.mustClient(t)
+			f := &slowReplyFailedWithdraw{delay: 400 * time.Millisecond}
+			rdb.AddHook(f)
+			locker := redislock.New(rdb)
+			cctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+			lk, err := locker.ObtainMulti(cctx, c.keys, time.Minute, c.opts...)
+			cancel()
+			require.Error(t, err)
+			require.Nil(t, lk)
+			t.Logf("Obtain: %v", err)
+			time.Sleep(600 * time.Millisecond) // the late reply came
+			require.NoError(t, locker.Shutdown(ctxT(t, 10*time.Second)))
+			t.Logf("a release-script command failed: %v", f.failed.Load())
+			for _, k := range c.keys {
+				if n := checker.Exists(ctx, k).Val(); n > 0 {
+					t.Errorf("%q is held after the Obtain gave up and Shutdown returned: PTTL %v, value %v",
+						k, checker.PTTL(ctx, k).Val(), dump(checker, k))
+				}
+			}
+		})
+	}
+}
+
+func dump(c *redis.Client, k string) any {
+	ctx := context.Background()
+	switch c.Type(ctx, k).Val() {
+	case "string":
+		return c.Get(ctx, k).Val()
+	case "zset":
+		return c.ZRangeWithScores(ctx, k, 0, -1).Val()
+	}
+	return nil
+}
+
+func (r *handOffRec) hooks() redislock.Hooks {
+	return redislock.Hooks{HandOff: func(_ context.Context, e redislock.HandOffEvent) {
+		r.mu.Lock()
+		r.hs = append(r.hs, e)
+		r.mu.Unlock()
+	}}
+}
+
+func (r *handOffRec) all() []redislock.HandOffEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]redislock.HandOffEvent(nil), r.hs...)
+}
+
+func (h *slowReplyFailedWithdraw) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *slowReplyFailedWithdraw) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if releases(cmd) && h.acquired.Load() && h.failed.CompareAndSwap(false, true) {
+			err := &net.OpError{Op: "write", Net: "tcp", Err: errTimeout{}}
+			cmd.SetErr(err)
+			return err
+		}
+		slow := acquires(cmd) && h.acquired.CompareAndSwap(false, true)
+		err := next(ctx, cmd)
+		if slow {
+			time.Sleep(h.delay)
+		}
+		return err
+	}
+}
+
+func (h *slowReplyFailedWithdraw) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (errTimeout) Error() string   { return "i/o timeout" }
+func (errTimeout) Timeout() bool   { return true }
+func (errTimeout) Temporary() bool { return true }

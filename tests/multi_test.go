@@ -598,3 +598,54 @@ func TestObtainMulti_KeptAndRefreshed(t *testing.T) {
 		assert.Zero(t, rdb.Exists(ctx, keys...).Val())
 	}
 }
+
+// Specifies ObtainMulti's doc ("keys must be 1 to MaxKeys distinct valid
+// keys; WithPermits does not apply (ErrInvalidOption), nor does a quorum
+// Locker"): also a set of one key is refused with ErrInvalidOption with
+// WithPermits, and on a quorum Locker, with nothing sent.
+func TestObtainMulti_OneKeyIsCheckedAsASet(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, n := b.client(t)
+	locker := redislock.New(rdb)
+	quorum := redislock.NewQuorum([]redis.UniversalClient{rdb})
+	before := n.Load()
+	lk, err := locker.ObtainMulti(ctx, []string{"a"}, time.Minute, redislock.WithPermits(2))
+	assert.ErrorIs(t, err, redislock.ErrInvalidOption, "WithPermits on a one-key set")
+	if lk != nil {
+		_ = lk.Release(ctx)
+	}
+	lk, err = quorum.TryObtainMulti(ctx, []string{"q"}, time.Second)
+	assert.ErrorIs(t, err, redislock.ErrInvalidOption, "a one-key set on a quorum Locker")
+	if lk != nil {
+		_ = lk.Release(ctx)
+	}
+	assert.Equal(t, before, n.Load(), "commands sent")
+}
+
+// Specifies docs/lock-family.md ("Losing any key is losing the lock: the
+// kept context ends with ErrLockLost, and Release returns ErrNotHeld naming
+// the keys that were lost (it releases the others)"): also when the loss
+// was found by KeepAlive, the Release that follows names the lost key.
+func TestObtainMulti_ReleaseAfterAKeptLossNamesTheKey(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb)
+	lk, err := locker.ObtainMulti(ctx, []string{"s:1", "s:2", "s:3"}, 300*time.Millisecond)
+	require.NoError(t, err)
+	kept := lk.KeepAlive(ctx)
+	require.NoError(t, rdb.Set(ctx, "s:2", "intruder", time.Minute).Err())
+	select {
+	case <-kept.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the kept context outlived a lost key")
+	}
+	time.Sleep(100 * time.Millisecond) // KeepAlive's give-back runs first
+	err = lk.Release(ctx)
+	require.ErrorIs(t, err, redislock.ErrNotHeld)
+	assert.Contains(t, err.Error(), `"s:2"`, "Release's error: %v", err)
+	require.NoError(t, locker.Shutdown(ctx))
+	assert.Equal(t, "intruder", rdb.Get(ctx, "s:2").Val())
+	assert.Zero(t, rdb.Exists(ctx, "s:1", "s:3").Val())
+}

@@ -547,3 +547,37 @@ func (f *lostJoins) intruderUntouched(locks []*redislock.Lock) {
 		assert.Equal(f.t, "intruder", f.other.Get(f.ctx, lk.Key()).Val(), "%q", lk.Key())
 	}
 }
+
+// Specifies (reentrant.go, "A context that carries a lock that is lost
+// joins nothing: the nested call returns an error wrapping ErrLockLost at
+// once"): the context WithLock gives fn carries its lock; once that lock is
+// lost (an intruder overwrote the key, a renewal found it), a nested
+// Obtain, TryObtain, WithLock or ObtainMulti of the key with fn's own
+// context returns an error wrapping ErrLockLost.
+func TestReentrant_FnContextOfALostLockJoinsNothing(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	other := b.mustClient(t)
+	locker := redislock.New(rdb)
+	err := locker.WithLock(ctx, "k", func(fctx context.Context) error {
+		require.NoError(t, other.Set(ctx, "k", "intruder", time.Minute).Err())
+		select {
+		case <-fctx.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the loss was not found")
+		}
+		require.ErrorIs(t, context.Cause(fctx), redislock.ErrLockLost)
+		_, err := locker.Obtain(fctx, "k", time.Second)
+		assert.ErrorIs(t, err, redislock.ErrLockLost, "Obtain: %v", err)
+		_, err = locker.TryObtain(fctx, "k", time.Second)
+		assert.ErrorIs(t, err, redislock.ErrLockLost, "TryObtain: %v", err)
+		err = locker.WithLock(fctx, "k", func(context.Context) error { return nil })
+		assert.ErrorIs(t, err, redislock.ErrLockLost, "WithLock: %v", err)
+		_, err = locker.ObtainMulti(fctx, []string{"k", "k2"}, time.Second)
+		assert.ErrorIs(t, err, redislock.ErrLockLost, "ObtainMulti: %v", err)
+		return nil
+	}, redislock.WithTTL(300*time.Millisecond))
+	require.ErrorIs(t, err, redislock.ErrLockLost)
+	require.NoError(t, locker.Shutdown(ctx))
+}
