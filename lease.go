@@ -20,6 +20,10 @@ import (
 // runs late or twice (go-redis sends a command again after a timeout, and a
 // closed connection still delivers what it had sent). The argument:
 //
+//   - Every command that sets the lease sets it to a length from when
+//     Redis runs it (PX ttl), never adds to what is left: the argument
+//     below rests on that, and a command of another kind would need one of
+//     its own.
 //   - Each command carries a generation. A command that sets another
 //     length than the one before it (a Refresh to another ttl, a claim)
 //     starts a new one, so

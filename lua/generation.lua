@@ -2,7 +2,8 @@
 -- lease (see leaseClock in Go).
 --
 -- ranLater(gens, token, gen) says whether Redis has run a command of a
--- later generation for token, whose lease then must not change.
+-- later generation for token (strictly later: a command of the same
+-- generation runs), whose lease then must not change.
 -- recordGeneration(gens, token, gen, ttl) records gen, keeping the gens
 -- hash at least as long as the lease of ttl ms that the command sets: every
 -- command of a generation above 0 lengthens it, so that the record outlives

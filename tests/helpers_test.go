@@ -401,7 +401,8 @@ func untilWithinExpiry(t *testing.T, rdb *redis.Client, lk *redislock.Lock, at t
 	require.LessOrEqual(t, local, left+5*time.Millisecond, "Until after the key's expiry (PTTL %v)", left)
 }
 
-// until - now, and PTTL of key, measured right after.
+// until - now, and PTTL of key, measured right after. The two reads are
+// not one moment: on a kept lock a renewal may land between them.
 func leaseGap(t *testing.T, rdb *redis.Client, lk *redislock.Lock) (local, redisLeft time.Duration) {
 	t.Helper()
 	pttl := rdb.PTTL(context.Background(), lk.Key()).Val()

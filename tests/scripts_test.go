@@ -183,7 +183,8 @@ func parseCommand(b []byte) (elems []string, n, total int) {
 // on they run by EVALSHA: one command each, as the tests that hold back,
 // drop or count a script's run expect (a script Redis does not have costs
 // an EVALSHA that fails with NOSCRIPT, and an EVAL that holds its text).
-// It fails t if the library did not run each script a test looks for.
+// It fails t if the library did not run each script a test looks for: a
+// new script must be added to the calls it makes.
 func loadScripts(t testing.TB, rdb *redis.Client) {
 	t.Helper()
 	o := rdb.Options()

@@ -165,8 +165,8 @@ func (r *runner) obtain() (*redislock.Lock, int) {
 
 // tryObtain pings Redis, so that a Redis that cannot be reached fails at
 // once instead of making Obtain wait for it, then obtains the lock: on the
-// one key, or on the set of keys as one lock (ObtainMulti of one key is
-// Obtain).
+// one key (Obtain, which takes permits), or on the set of keys as one
+// lock (ObtainMulti).
 func (r *runner) tryObtain(ctx context.Context) (*redislock.Lock, error) {
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	err := r.rdb.Ping(pctx).Err()
@@ -181,13 +181,18 @@ func (r *runner) tryObtain(ctx context.Context) (*redislock.Lock, error) {
 	case r.cfg.permits > 0:
 		opts = append(opts, redislock.WithPermits(r.cfg.permits))
 	}
-	if r.cfg.wait == 0 {
-		return r.locker.TryObtainMulti(ctx, r.cfg.keys, r.cfg.ttl, opts...)
-	}
 	if r.cfg.wait > 0 {
 		opts = append(opts, redislock.WithWait(r.cfg.wait))
 	}
-	return r.locker.ObtainMulti(ctx, r.cfg.keys, r.cfg.ttl, opts...)
+	switch keys := r.cfg.keys; {
+	case len(keys) > 1 && r.cfg.wait == 0:
+		return r.locker.TryObtainMulti(ctx, keys, r.cfg.ttl, opts...)
+	case len(keys) > 1:
+		return r.locker.ObtainMulti(ctx, keys, r.cfg.ttl, opts...)
+	case r.cfg.wait == 0:
+		return r.locker.TryObtain(ctx, keys[0], r.cfg.ttl, opts...)
+	}
+	return r.locker.Obtain(ctx, r.cfg.keys[0], r.cfg.ttl, opts...)
 }
 
 // isConflict reports whether err, of the acquisition, says that the lock
