@@ -15,6 +15,9 @@ type results struct {
 	runs   map[string][][]sample    // per setup, per configuration, one per repetition
 	mkCfgs []mkConfig               // of the many-keys setup; none if it is not run
 	mk     [][]mkSample             // per many-keys configuration, one per repetition
+	// skipped says why configurations that -only selected did not run
+	// (see skipNative), "" if all did.
+	skipped string
 }
 
 // newResults returns empty results for cfgs in setups and for mkCfgs in the

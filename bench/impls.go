@@ -81,6 +81,10 @@ var configs = []config{
 		return &redsyncImpl{n: "redsync-delay-1ms", rs: redsync.New(redsyncgoredis.NewPool(rdb)),
 			opts: []redsync.Option{redsync.WithRetryDelay(time.Millisecond), redsync.WithTries(math.MaxInt32)}}
 	}, false},
+
+	{nativeName, nativeDesc + "; uncontended cycles only", func(rdb *redis.Client) impl {
+		return nativeImpl{rdb}
+	}, false},
 }
 
 // findConfig returns the configuration called name.

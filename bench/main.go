@@ -53,7 +53,7 @@ func main() {
 	var c childFlags
 	flag.StringVar(&f.redisURL, "redis", "", "use the Redis at this URL (redis://host:port/db) instead of starting redis-server; keys get a unique prefix and nothing is flushed")
 	flag.StringVar(&f.out, "out", "", "also write the report (markdown) to this file")
-	flag.StringVar(&f.only, "only", "", "comma-separated configurations to run, e.g. ours,bsm-linear-1ms,bsm/auto; an implementation of the many-keys setup (ours, bsm, redsync, floor) selects it on both clients (default: all)")
+	flag.StringVar(&f.only, "only", "", "comma-separated configurations to run, e.g. ours,bsm-linear-1ms,bsm/auto; an implementation of the many-keys setup (ours, bsm, redsync, floor, native-delifeq) selects it on both clients (default: all)")
 	flag.StringVar(&f.setups, "setups", "", "comma-separated setups to run, of 1p-sleep, 1p-short, Np-sleep, Np-short, 1p-<scale>, Np-<scale/N>, 1p-sets, Np-sets, 1p-sets-disjoint with N = -procs, many-keys (default: all)")
 	flag.DurationVar(&f.duration, "duration", 3*time.Second, "length of each contended or many-keys run and of each run of the critical section alone")
 	flag.DurationVar(&f.bound, "bound", 5*time.Second, "give up on one acquisition after this long (counted as a timeout)")
@@ -132,7 +132,15 @@ func runParent(ctx context.Context, f flags) error {
 	}
 	defer h.delMatching(ctx, h.prefix) // what the runs' own clean-up missed: side keys of the libraries
 
+	cfgs, mkCfgs, skipped, err := skipNative(ctx, h.admin, cfgs, mkCfgs)
+	switch {
+	case err != nil:
+		return err
+	case len(cfgs) == 0 && len(setups) == 0 && len(mkCfgs) == 0:
+		return errors.New(skipped + " Nothing else was selected")
+	}
 	res := newResults(cfgs, setups, mkCfgs)
+	res.skipped = skipped
 	if len(cfgs) > 0 {
 		if res.solo, err = soloAll(ctx, h.f, cfgs, h.prefix); err != nil {
 			return err

@@ -33,7 +33,8 @@ type mkImpl struct {
 }
 
 // mkImpls are the implementations of the many-keys setup, in table order;
-// the floor is no lock at all.
+// the floor is no lock at all, nativeName a release by DELIFEQ (skipped on
+// a server without it).
 var mkImpls = []mkImpl{
 	{"ours", "redislock: Locker.Obtain (default options: waits for a held key until ctx's deadline), Lock.Release", func(rdb redis.UniversalClient) impl {
 		return &oursImpl{n: "ours", l: ours.New(rdb)}
@@ -49,6 +50,9 @@ var mkImpls = []mkImpl{
 	}},
 	{"floor", "no lock: SET key token PX 8000 NX, then DEL key; the most any lock could do", func(rdb redis.UniversalClient) impl {
 		return floorImpl{rdb}
+	}},
+	{nativeName, nativeDesc, func(rdb redis.UniversalClient) impl {
+		return nativeImpl{rdb}
 	}},
 }
 
@@ -75,8 +79,10 @@ func (c mkConfig) kind() string {
 func (c mkConfig) ours() bool { return strings.HasPrefix(c.impl.name, "ours") }
 
 // peer reports whether the configuration is another library's (not ours,
-// not the floor).
-func (c mkConfig) peer() bool { return !c.ours() && c.impl.name != "floor" }
+// not the floor, not nativeName's).
+func (c mkConfig) peer() bool {
+	return !c.ours() && c.impl.name != "floor" && c.impl.name != nativeName
+}
 
 // mkConfigs returns every configuration of the many-keys setup, in table
 // order: each implementation on a plain client, then on an AutoPipeliner.
@@ -120,7 +126,7 @@ func (f floorImpl) lock(ctx context.Context, key string) (func(context.Context) 
 func isNotObtained(err error) bool {
 	var taken *redsync.ErrTaken
 	return errors.Is(err, ours.ErrNotObtained) || errors.Is(err, bsm.ErrNotObtained) ||
-		errors.Is(err, redsync.ErrFailed) || errors.As(err, &taken) || errors.Is(err, errFloorTaken)
+		errors.Is(err, redsync.ErrFailed) || errors.As(err, &taken) || errors.Is(err, errFloorTaken) || errors.Is(err, errNativeTaken)
 }
 
 // mkKeys returns the n keys of the many-keys setup, named prefix0 to

@@ -156,7 +156,7 @@ func writeMKRatios(b *strings.Builder, cfgs []mkConfig, sums []mkSummary) {
 		return
 	}
 	b.WriteString("\n#### many-keys: ours ÷ best peer\n\n")
-	b.WriteString("Best peer: the peer configuration (not ours, not the floor) with the most cycles/s on that kind of client. " +
+	b.WriteString("Best peer: the peer configuration (not ours, not the floor, not " + nativeName + ") with the most cycles/s on that kind of client. " +
 		"cycles/s: above 1 is better. Server CPU per cycle and p99: below 1 is better.\n\n")
 	writeTable(b, table)
 }

@@ -32,6 +32,9 @@ func renderReport(ctx context.Context, f flags, admin *redis.Client, owned bool,
 	writeRatios(&b, res, sums)
 	writeNotes(&b, res, sums)
 	writeManyKeys(&b, f, res)
+	if res.skipped != "" {
+		b.WriteString("\n" + res.skipped + "\n")
+	}
 	if !owned {
 		b.WriteString("\nThe Redis server was given with -redis: its CPU and the commands of other clients in the same windows are counted too.\n")
 	}
@@ -44,8 +47,8 @@ func writeHeader(ctx context.Context, b *strings.Builder, f flags, admin *redis.
 	contended := slices.ContainsFunc(setups, func(s setup) bool { return s.set == nil })
 	sets := slices.ContainsFunc(setups, func(s setup) bool { return s.set != nil })
 	fmt.Fprintf(b, "## redislock benchmark\n\n")
-	fmt.Fprintf(b, "%s; %s; redis-server %s (%s); %d CPUs, %s.\n",
-		strings.Join(moduleVersions(), ", "), runtime.Version(), redisVersion(ctx, admin),
+	fmt.Fprintf(b, "%s; %s; %s (%s); %d CPUs, %s.\n",
+		strings.Join(moduleVersions(), ", "), runtime.Version(), serverVersion(ctx, admin),
 		map[bool]string{true: "started by the harness", false: "given by -redis"}[owned], runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH)
 	if contended {
 		fmt.Fprintf(b, "Each contended run: workers fight for one lock key for %v; critical section = GET counter, GET check, [sleep %v], SET counter n+1, SET check n+1 on a data client of its own; lease %v; an acquisition is given up after %v.\n",
@@ -390,16 +393,26 @@ func moduleVersions() []string {
 	return out
 }
 
-// redisVersion returns the server's version, "?" if unknown.
-func redisVersion(ctx context.Context, rdb *redis.Client) string {
+// serverVersion names the server and its version: "redis-server 7.0.15",
+// or "valkey-server 9.1.2" (Valkey's redis_version is a fixed 7.2.4; its
+// own is valkey_version), "?" for what is unknown.
+func serverVersion(ctx context.Context, rdb *redis.Client) string {
+	name, version := "redis-server", "?"
 	info, err := rdb.Info(ctx, "server").Result()
 	if err != nil {
-		return "?"
+		return name + " " + version
 	}
+	fields := make(map[string]string)
 	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			return v
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
 		}
 	}
-	return "?"
+	if v, ok := fields["redis_version"]; ok {
+		version = v
+	}
+	if v, ok := fields["valkey_version"]; ok && fields["server_name"] == "valkey" {
+		name, version = "valkey-server", v
+	}
+	return name + " " + version
 }

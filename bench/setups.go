@@ -18,9 +18,10 @@ type setup struct {
 	set     *setShape     // the set setups' sets; nil: one lock key
 }
 
-// runs reports whether configuration c runs in the setup: every one does,
-// but only those of setConfigs in the set setups.
-func (s setup) runs(c config) bool { return s.set == nil || c.runsSets() }
+// runs reports whether configuration c runs in the setup: every one but
+// nativeName's (it does not wait) does, but only those of setConfigs in
+// the set setups.
+func (s setup) runs(c config) bool { return !c.native() && (s.set == nil || c.runsSets()) }
 
 // allSetups returns the contended setups that -workers, -procs,
 // -proc-workers, -scale and -cs describe, in report order: four of a few
