@@ -1006,6 +1006,7 @@ func slotOrdered(t *testing.T, cc *redis.ClusterClient, keys []string) []string 
 // Sets of keys across Cluster slots: given back before a call that gives up
 // returns; Until, joins and fences across slots; a lost part; no deadlock.
 func TestDeploy_ClusterSetsAcrossSlots(t *testing.T) {
+	waitsInParallel(t)
 	cluster := redistest.StartCluster(t)
 	rdb, other := cluster.Client(t), cluster.Client(t)
 	ctx := ctxT(t, 90*time.Second)

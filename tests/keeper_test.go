@@ -524,6 +524,7 @@ func TestKeepAlive_DeadConnectionCostsNoLease(t *testing.T) {
 // CLUSTERDOWN until the window closed. A 4 s lease has 2.58 s at worst: it
 // must live through the window, and be renewed once the replica took over.
 func TestKeepAlive_KilledShardCostsNoLeaseElsewhere(t *testing.T) {
+	waitsInParallel(t)
 	t.Run("full coverage no", func(t *testing.T) {
 		const ttl = 1500 * time.Millisecond
 		k := killShard(t, ttl, "--cluster-require-full-coverage", "no")

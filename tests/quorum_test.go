@@ -1018,6 +1018,7 @@ func TestQuorum_ShutdownBoundedByCtx(t *testing.T) {
 // with other ttls, and one master frozen (SIGSTOP) then thawed in the
 // middle; and no two quorum Lockers hold the key at once.
 func TestQuorum_UntilWithinMajority(t *testing.T) {
+	waitsInParallel(t)
 	servers := startMasters(t, 3)
 	ctx := ctxT(t, 60*time.Second)
 	readers := quorumClients(t, addrsOf(servers))
