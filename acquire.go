@@ -290,8 +290,13 @@ func (l *Locker) giveUp(ln *line, w *waiter) (blocked time.Duration, last error)
 // lost (see KeepAlive), or that an acquisition that failed or gave up
 // got. It is passed to the Locker's next waiting Obtain instead, when it
 // may be (see lines.pass).
+//
+// It is counted as background work before it marks lk's release begun: a
+// Release that finds it begun returns at once (ErrNotHeld for a lost
+// lock), and a Shutdown after that Release must wait for this give-back.
 func (l *Locker) releaseLater(lk *Lock) <-chan struct{} {
 	done := make(chan struct{})
+	l.background.begin()
 	_ = lk.beginRelease()
 	lk.stopKeeping()
 	if lk.parts != nil { // a set across slots: each part
@@ -304,6 +309,7 @@ func (l *Locker) releaseLater(lk *Lock) <-chan struct{} {
 			for _, p := range parts {
 				<-p
 			}
+			l.background.end()
 			close(done)
 		}()
 		return done
@@ -311,11 +317,11 @@ func (l *Locker) releaseLater(lk *Lock) <-chan struct{} {
 	passed, lined := l.lines.pass(lk)
 	if passed {
 		l.handedOff(context.Background(), lk.key, true, 1)
+		l.background.end()
 		close(done)
 		return done
 	}
 	lk.markReleased()
-	l.background.begin()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.releaseBound())
 		n, reply := 0, dropReply{code: replyNotPlain}
