@@ -80,8 +80,9 @@ var (
 // CHANGELOG). The error names both kinds. Nothing was changed in Redis,
 // and waiting cannot cure it: use another key. SetFenced returns it for a
 // resource key that holds something else than what SetFenced writes. (A string the library did
-// not write is not such data: it is held, as a lock of another owner, and
-// waited for; see ErrNotObtained.)
+// not write is not such data for a lock or a reader: it is held, as a lock
+// of another owner, and waited for; see ErrNotObtained. A semaphore
+// refuses it with ErrWrongKind, as it refuses this library's locks.)
 var ErrWrongKind = errors.New("redislock: the key holds another kind of lock or data")
 
 // wrongKind is the error of an acquisition in mode m of a key that holds

@@ -15,8 +15,9 @@ import (
 // stores: tokens, the members that mark a key's holders as a read-write
 // lock's or a semaphore's, and the names of the side keys and channels. A
 // process meets data of another layout as data it did not write (see
-// ErrWrongKind): it waits for a string, as for any foreign lock, and fails
-// at once on anything else; it never changes it. See the CHANGELOG for
+// ErrWrongKind): a lock or a reader waits for a string, as for any foreign
+// lock (a semaphore refuses it), and fails at once on anything else; it
+// never changes it. See the CHANGELOG for
 // which releases share a layout.
 const layout = "rl1"
 

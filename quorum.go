@@ -56,7 +56,8 @@ type quorum struct {
 //   - Obtain polls with jittered backoff (WithBackoff) instead of waiting
 //     in a line: waiting is not fair, and a release does not hand the key
 //     over. WithShared, WithPermits and WithReplicas are refused
-//     (ErrInvalidOption).
+//     (ErrInvalidOption), and so are sets of keys (ObtainMulti,
+//     TryObtainMulti, WithLockMulti; one key too).
 //   - Each operation goes to every master at once and is decided by the
 //     fastest majority: an attempt is contention (ErrNotObtained) when a
 //     majority answered and fewer than a majority took the key, and a

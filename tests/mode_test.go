@@ -371,6 +371,8 @@ func TestPermits_OtherNRefusedWhileOnlyWaitersAreLeft(t *testing.T) {
 // A key is a read-write lock's or a semaphore's: permits asked for on a key
 // that readers hold fail with ErrWrongKind (they never share it with the
 // readers), and so does a reader on a semaphore's key; nothing changes.
+// A string the library did not write is another owner's lock: permits on
+// it fail at once too (Obtain waits for it only as a lock or a reader).
 func TestPermits_NotOnALocksKey(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := ctxT(t, 10*time.Second)
@@ -394,6 +396,14 @@ func TestPermits_NotOnALocksKey(t *testing.T) {
 		assert.Empty(t, queued(t, rdb, "quota"), "no place left in line")
 		require.NoError(t, permit.Release(ctx))
 		assertNoSideKeys(t, rdb, "quota")
+
+		require.NoError(t, rdb.Set(ctx, "theirs", "a lock of theirs", time.Minute).Err())
+		start := time.Now()
+		_, err = redislock.New(rdb).Obtain(ctx, "theirs", time.Minute, redislock.WithPermits(2), redislock.WithWait(5*time.Second))
+		assert.ErrorIs(t, err, redislock.ErrWrongKind, "permits on another owner's string")
+		assert.Less(t, time.Since(start), time.Second, "at once, not at the wait's end")
+		assert.Equal(t, "a lock of theirs", rdb.Get(ctx, "theirs").Val())
+		assert.Empty(t, queued(t, rdb, "theirs"), "no place left in line")
 	})
 }
 

@@ -166,9 +166,16 @@ func parseRun(args []string, getenv func(string) string) (runConfig, error) {
 	return c, nil
 }
 
+// libraryKeys is in the name of every key the library keeps beside a lock
+// (its data layout, rl1), and in no lock's key: the library refuses such a
+// KEY with ErrInvalidKey.
+const libraryKeys = "}:rl1:"
+
 // checkKeys returns a usage error when the KEYs of run are not 1 to
-// redislock.MaxKeys distinct, non-empty keys. A set's KEYs must not hold a
-// newline either: REDISLOCK_KEYS lists them one a line.
+// redislock.MaxKeys distinct, non-empty keys that the library takes (none
+// with "}:rl1:" in it: those name the library's own keys beside a lock). No
+// KEY holds a newline either, one KEY included: REDISLOCK_KEYS lists them
+// one a line.
 func checkKeys(keys []string) error {
 	switch {
 	case len(keys) == 0:
@@ -182,8 +189,10 @@ func checkKeys(keys []string) error {
 			return errorf("run: empty KEY")
 		case slices.Contains(keys[:i], key):
 			return errorf("run: KEY %q given twice", key)
-		case len(keys) > 1 && strings.Contains(key, "\n"):
-			return errorf("run: KEY %q: the KEYs of a set must not hold a newline (%s lists them one a line)", key, keysEnv)
+		case strings.Contains(key, "\n"):
+			return errorf("run: KEY %q: a KEY must not hold a newline (%s lists them one a line)", key, keysEnv)
+		case strings.Contains(key, libraryKeys):
+			return errorf("run: KEY %q: keys with %q in them are the library's own", key, libraryKeys)
 		}
 	}
 	return nil
@@ -253,6 +262,11 @@ func parseStatus(args []string, getenv func(string) string) (statusConfig, error
 		return c, errorf("status: no KEY")
 	case slices.Contains(pos, ""):
 		return c, errorf("status: empty KEY")
+	}
+	for _, key := range pos {
+		if strings.Contains(key, libraryKeys) {
+			return c, errorf("status: KEY %q: keys with %q in them are the library's own", key, libraryKeys)
+		}
 	}
 	c.keys = pos
 	if err = checkNamespace("status", c.namespace); err != nil {

@@ -199,7 +199,8 @@
 //
 // Status 1 (or -E's) also comes at once, whatever -w, when a KEY is held in
 // another mode than run asks for (a semaphore's permits, for a lock or a
-// reader; a lock's holders, for -permits), as a semaphore of another
+// reader; a lock's holders or a string redislock did not write, for
+// -permits), as a semaphore of another
 // number of permits, or holds data of another kind than a lock (Redis's
 // WRONGTYPE): the key is in use, and run does not wait for it; the message
 // on standard error says what holds it. Writers and readers of one key

@@ -274,6 +274,8 @@ func heldBy(c runConfig, err error, info redislock.Info, ierr error) string {
 		return "the key holds data of another kind than a lock"
 	case ierr == nil && info.Mode == redislock.ModeForeign && len(info.Holders) > 0 && info.Holders[0].TTL < 0:
 		return "the key holds a value redislock did not write, without an expiry: it will not be released by itself"
+	case ierr == nil && info.Mode == redislock.ModeForeign && errors.Is(err, redislock.ErrWrongKind):
+		return "the key holds a value redislock did not write (another owner's lock), not a semaphore; run does not wait for it"
 	case ierr == nil && info.Mode == redislock.ModeForeign:
 		return "the key holds a value redislock did not write (another owner's lock)"
 	}

@@ -397,8 +397,8 @@ func TestRun_RedisDownExits69(t *testing.T) {
 // another kind than a lock, is held: run exits with the conflict status
 // (1, or -E's) and says on stderr what holds the key; COMMAND never runs.
 // Where the library fails at once (Redis's WRONGTYPE: permits for a
-// lock's key, a lock or a reader for a semaphore's; a semaphore of another
-// number of permits), which is not a Redis failure (69), run does not
+// lock's key or for another owner's string, a lock or a reader for a
+// semaphore's; a semaphore of another number of permits), which is not a Redis failure (69), run does not
 // wait, whatever -w, and says so. The readers of a read-write lock hold it
 // for a writer as any holder does. status shows such keys: their mode,
 // holders and permits, and exits 1.
@@ -416,6 +416,9 @@ func TestRun_KeyOfAnotherKindIsAConflict(t *testing.T) {
 	}
 	must(t, c.RPush(context.Background(), list, "a").Err())
 	t.Cleanup(func() { c.Del(context.Background(), list) })
+	foreign := testKey(t) + ":foreign" // another owner's lock, as a semaphore meets it
+	must(t, c.Set(context.Background(), foreign, "theirs", 30*time.Second).Err())
+	t.Cleanup(func() { c.Del(context.Background(), foreign) })
 	const atOnce = "; run does not wait for it\n"
 	for _, tc := range []struct {
 		key   string
@@ -438,6 +441,7 @@ func TestRun_KeyOfAnotherKindIsAConflict(t *testing.T) {
 		{list, nil, 1, "data of another kind"},
 		{list, []string{"-s", "-n"}, 1, "data of another kind"},
 		{list, []string{"-permits", "2"}, 1, "data of another kind"},
+		{foreign, []string{"-permits", "2", "-w", "5"}, 1, "the key holds a value redislock did not write (another owner's lock), not a semaphore" + atOnce},
 	} {
 		p := start(t, runArgs(tc.key, tc.flags, cmd)...)
 		code := p.wait(10 * time.Second)

@@ -113,7 +113,8 @@ func TestUsage_BadInputExits2WithOneLine(t *testing.T) {
 		{[]string{"run", "-redis", url + "?min_idle_conns=-1", "k", "--", "true"}, "min_idle_conns=-1"},
 		// Each KEY is given once, and so is every flag (no "last one
 		// wins"): there is no -key flag. Several KEYs are a set: 1 to 64
-		// of them, without a newline in any, and not for a semaphore.
+		// of them, without a newline in any (one KEY too), none the
+		// library's own (with "}:rl1:"), and not for a semaphore.
 		{[]string{"run", "-redis", url, "-key", "k", "--", "true"}, "flag provided but not defined: -key"},
 		{[]string{"run", "-redis", url, "k", "k", "--", "true"}, `KEY "k" given twice`},
 		{[]string{"run", "-redis", url, "a", "b", "-c", "true", "a"}, `KEY "a" given twice`},
@@ -121,7 +122,11 @@ func TestUsage_BadInputExits2WithOneLine(t *testing.T) {
 		{[]string{"run", "-redis", url, "-permits", "2", "a", "b", "--", "true"}, "-permits: a semaphore is one KEY, got 2"},
 		{[]string{"run", "-redis", url, "a", "-permits", "2", "b", "-c", "true"}, "-permits: a semaphore is one KEY, got 2"},
 		{append(append([]string{"run", "-redis", url}, manyKeys(65)...), "--", "true"), "65 KEYs: at most 64"},
-		{[]string{"run", "-redis", url, "a", "b\nc", "--", "true"}, `KEY "b\nc": the KEYs of a set must not hold a newline`},
+		{[]string{"run", "-redis", url, "a", "b\nc", "--", "true"}, `KEY "b\nc": a KEY must not hold a newline`},
+		{[]string{"run", "-redis", url, "b\nc", "--", "true"}, `KEY "b\nc": a KEY must not hold a newline`},
+		{[]string{"run", "-redis", url, "a}:rl1:x", "--", "true"}, `KEY "a}:rl1:x": keys with "}:rl1:" in them are the library's own`},
+		{[]string{"run", "-redis", url, "-permits", "2", "a}:rl1:x", "--", "true"}, `keys with "}:rl1:" in them`},
+		{[]string{"status", "-redis", url, "a}:rl1:x"}, `keys with "}:rl1:" in them`},
 		{[]string{"run", "-redis", url, "a", "b", "true"}, "no -- between KEY and the command"},
 		{[]string{"run", "-redis", url, "-token-env", "REDISLOCK_FENCES", "a", "b", "--", "true"}, "-token-env REDISLOCK_FENCES: the variable of the fences"},
 		{[]string{"run", "-redis", url, "-fence-env", "REDISLOCK_KEYS", "k", "--", "true"}, "REDISLOCK_KEYS is the keys'"},
