@@ -1077,23 +1077,41 @@ func TestLine_GivenUpPlaceBesideAHoldLeaves(t *testing.T) {
 // each releasing it at once; a Release waits for its Locker's next place
 // to reach Redis before it gives the key back, so another process's
 // TryObtain, tried again and again, never takes the key while two of them
-// wait (bar one in a thousand, measured as the waiters line up).
+// wait (bar one in a thousand). A waiter counts once its Obtain has run for
+// lined (10 ms, many round trips on loopback): its place is in Redis by
+// then; one that has just called Obtain may not have sent it yet.
 func TestLine_FencedWaitersAreNotOvertaken(t *testing.T) {
 	b := realBackend(t)
 	ctx := ctxT(t, 30*time.Second)
 	ac, _ := b.client(t)
 	a := redislock.New(ac, redislock.WithFencing())
-	var waiting atomic.Int64
+	const lined = 10 * time.Millisecond
+	var since [4]atomic.Int64 // when each waiter called Obtain (UnixNano), 0 while it holds the key
+	waiting := func() (n int) {
+		for i := range since {
+			if s := since[i].Load(); s != 0 && time.Since(time.Unix(0, s)) >= lined {
+				n++
+			}
+		}
+		return n
+	}
+	bc, _ := b.client(t)
+	other := redislock.New(bc)
+	for _, l := range []*redislock.Locker{a, other} { // scripts loaded, before the race starts
+		lk, err := l.Obtain(ctx, "k", time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, lk.Release(ctx))
+	}
 	var wg sync.WaitGroup
 	end := time.Now().Add(time.Second)
-	for range 4 {
+	for i := range since {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(end) {
-				waiting.Add(1)
+				since[i].Store(time.Now().UnixNano())
 				lk, err := a.Obtain(ctx, "k", time.Minute)
-				waiting.Add(-1)
+				since[i].Store(0)
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -1101,13 +1119,11 @@ func TestLine_FencedWaitersAreNotOvertaken(t *testing.T) {
 			}
 		}()
 	}
-	bc, _ := b.client(t)
-	other := redislock.New(bc)
 	var tries, overtook int
 	for time.Now().Before(end) {
 		tries++
 		if lk, err := other.TryObtain(ctx, "k", time.Minute); err == nil {
-			if waiting.Load() >= 2 {
+			if waiting() >= 2 {
 				overtook++
 			}
 			_ = lk.Release(ctx)
