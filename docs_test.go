@@ -286,17 +286,29 @@ func TestDocs_README(t *testing.T) {
 	}
 }
 
+// libraryDirs are the library's packages: the root and its layers.
+var libraryDirs = []string{".", "internal/scripts", "internal/lease", "internal/line", "internal/backend"}
+
+// luaDir holds the scripts.
+const luaDir = "internal/scripts/lua"
+
 // Comments name only what exists: every "see X" in a comment of the
-// package (and every `X` in backquotes) where X looks like a name is a
-// declaration of the package (Name, Type.Member, or a member on its own), a
-// file of the repository (scripts.go, lua/take.lua, docs/...), or a name of
-// a package the code imports (context.Cause). A comment that names a script
-// or a function that is gone fails here.
+// library (and every `X` in backquotes) where X looks like a name is a
+// declaration of one of its packages (Name, Type.Member, or a member on its
+// own), a file of the repository (scripts.go, lua/take.lua, docs/...), or a
+// name of a package the code imports (context.Cause, scripts.Redis). A
+// comment that names a script or a function that is gone fails here.
 func TestDocs_CommentsNameWhatExists(t *testing.T) {
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
-	if err != nil {
-		t.Fatal(err)
+	pkgs := map[string]*ast.Package{}
+	for _, dir := range libraryDirs {
+		ps, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, p := range ps {
+			pkgs[dir+":"+name] = p
+		}
 	}
 	names := map[string]bool{}
 	imports := map[string]bool{}
@@ -340,7 +352,7 @@ func TestDocs_CommentsNameWhatExists(t *testing.T) {
 			})
 		}
 	}
-	luaFiles, _ := filepath.Glob(filepath.Join("lua", "*.lua"))
+	luaFiles, _ := filepath.Glob(filepath.Join(luaDir, "*.lua"))
 	for _, f := range luaFiles { // the scripts' functions, named from Go's comments too
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -356,10 +368,15 @@ func TestDocs_CommentsNameWhatExists(t *testing.T) {
 		if words[x] || names[x] {
 			return true
 		}
-		if _, err := os.Stat(x); err == nil {
+		for _, dir := range libraryDirs {
+			if _, err := os.Stat(filepath.Join(dir, x)); err == nil {
+				return true
+			}
+		}
+		if _, err := os.Stat(filepath.Join(luaDir, x)); err == nil {
 			return true
 		}
-		if _, err := os.Stat(filepath.Join("lua", x)); err == nil {
+		if _, err := os.Stat(filepath.Join(luaDir, strings.TrimPrefix(x, "lua/"))); err == nil {
 			return true
 		}
 		if pkg, name, ok := strings.Cut(x, "."); ok && imports[pkg] && name != "" {

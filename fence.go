@@ -2,16 +2,12 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// ErrFenceRejected is returned by SetFenced when the resource has already
-// been written with a higher fence: a later holder of the lock has taken
-// over, and this writer's lease has expired. The write did not happen.
-var ErrFenceRejected = errors.New("redislock: write rejected: a newer lock holder has written with a higher fence")
+	"github.com/seed5e0b76d9/redislock/internal/scripts"
+)
 
 // WithFencing makes acquisitions issue fencing tokens (see Lock.Fence). Give
 // it to New to fence every acquisition of the Locker. Fenced acquisitions
@@ -37,22 +33,6 @@ func WithFencing() Option {
 	return func(o *options) { o.fencing = true }
 }
 
-// Fence returns the fencing token of this acquisition: a number greater than
-// every fence issued before for this key, by any Locker in any process. It is
-// 0 when the lock was obtained without WithFencing.
-//
-// Pass it along with every write to the resource the lock protects, and
-// have the resource reject writes whose fence is lower than the highest it
-// has seen. A holder whose lease expired during a pause (GC, a stopped VM)
-// still believes it holds the lock; its fence is lower than the next
-// holder's, so its late writes are rejected. For a SQL row:
-//
-//	UPDATE stock SET count = $1, fence = $2 WHERE id = $3 AND fence <= $2
-//
-// and treat "0 rows updated" as ErrFenceRejected. For a value in Redis, use
-// SetFenced.
-func (lk *Lock) Fence() int64 { return lk.fence }
-
 // SetFenced writes value to the resource at key if fence is at least the
 // highest fence the resource has been written with, and records fence as
 // that highest one. Otherwise it returns an error wrapping ErrFenceRejected
@@ -75,21 +55,21 @@ func SetFenced(ctx context.Context, client redis.UniversalClient, key, value str
 	case key == "":
 		return fmt.Errorf("%w: must be a non-empty string", ErrInvalidKey)
 	case fence < 1 || fence > maxFence:
-		return fmt.Errorf("%w: fence %d: obtain the lock WithFencing and pass Lock.Fence()", ErrInvalidOption, fence)
+		return fmt.Errorf("%w: fence %d: obtain the lock WithFencing and pass Lock.Fence() (of a set, Lock.FenceOf(key))", ErrInvalidOption, fence)
 	}
 	type result struct {
 		ok   bool
 		seen int64
 	}
-	res, err := bounded(ctx, timingOf(client).direct, func(ctx context.Context) (result, error) {
-		ok, seen, err := runFencedSet(ctx, client, key, value, fence)
+	res, err := scripts.Bounded(ctx, scripts.TimingOf(client).Direct, func(ctx context.Context) (result, error) {
+		ok, seen, err := scripts.FencedSet(ctx, client, key, value, fence)
 		return result{ok, seen}, err
 	}, nil)
 	if err != nil {
-		return failed("write", key, err)
+		return scripts.Failed("write", key, err)
 	}
 	if !res.ok {
-		return fmt.Errorf("%w (%s: fence %d < %d)", ErrFenceRejected, quoteKey(key), fence, res.seen)
+		return fmt.Errorf("%w (%s: fence %d < %d)", ErrFenceRejected, scripts.QuoteKey(key), fence, res.seen)
 	}
 	return nil
 }

@@ -1,8 +1,9 @@
 package redislock
 
 import (
-	"context"
 	"time"
+
+	"github.com/seed5e0b76d9/redislock/internal/scripts"
 )
 
 // Info is what Locker.Inspect found at a lock key.
@@ -51,32 +52,23 @@ type Holder struct {
 	TTL         time.Duration // the lease left, as Redis sees it; negative for a key with no expiry (ModeForeign)
 }
 
-// Inspect reports who holds key, with their leases, the fence counter
-// and how many wait, for a lock of any mode, in one round trip (two when
-// Redis does not have the script yet, after a restart or SCRIPT FLUSH: it
-// is sent once more in full). It changes nothing. A key that holds data
-// this library did not write is reported as ModeForeign (a string) or
-// ModeOther. On a quorum Locker it reports the holders a majority of the
-// masters report, as soon as the replies decide them: at the fastest
-// majority when those agree; when they differ it waits for more replies
-// (an error if ctx ends first), then reads the first ones again, so that a
-// holder it reports was on a majority at one moment, with the lease left
-// then. An empty key returns ErrInvalidKey.
-func (l *Locker) Inspect(ctx context.Context, key string) (Info, error) {
-	if err := l.usable(); err != nil {
-		return Info{}, err
+// infoOf is what the scripts found at key, as Inspect reports it.
+func infoOf(key string, i scripts.Info) Info {
+	info := Info{Key: key, Mode: ModeOther, Permits: i.Permits, Fence: i.Fence, Waiting: i.Waiting}
+	switch i.Mode {
+	case "":
+		info.Mode = ModeFree
+	case scripts.InfoExclusive:
+		info.Mode = ModeExclusive
+	case scripts.InfoShared:
+		info.Mode = ModeShared
+	case scripts.InfoSemaphore:
+		info.Mode = ModeSemaphore
+	case scripts.InfoForeign:
+		info.Mode = ModeForeign
 	}
-	if err := l.opts.err; err != nil {
-		return Info{}, err
+	for _, h := range i.Holders {
+		info.Holders = append(info.Holders, Holder(h))
 	}
-	if err := checkKey(key); err != nil {
-		return Info{}, err
-	}
-	info, err := call(ctx, l, func(ctx context.Context) (Info, error) {
-		return l.backend.inspect(ctx, key)
-	})
-	if err != nil {
-		return Info{}, failed("inspect", key, err)
-	}
-	return info, nil
+	return info
 }

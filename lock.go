@@ -5,101 +5,114 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/seed5e0b76d9/redislock/internal/lease"
+	"github.com/seed5e0b76d9/redislock/internal/scripts"
 )
 
-// A Lock is one acquisition of a key. It is safe for concurrent use: any
-// method may be called from any goroutine at any time. Refresh may run
-// while KeepAlive renews (renewals then follow the Refresh's ttl, and none
-// can make Until later than the key's expiry: see leaseClock); TTL and
-// Until may be called at any time; Release stops the renewals first. A
-// Lock is only ever made by a Locker; a nil *Lock, or a zero Lock, is not
-// held: Release, Refresh and TTL return ErrNotHeld, KeepAlive a context
-// ended with ErrNotHeld, and Key, Token, Fence and Until their zero values.
+// A Lock is a lock held on one key, or on a set of keys (ObtainMulti). It
+// is safe for concurrent use: any method may be called from any goroutine
+// at any time. Refresh may run while KeepAlive renews (renewals then follow
+// the Refresh's ttl, and none can make Until later than the key's expiry);
+// TTL and Until may be called at any time; Release stops the renewals
+// first. A Lock is only ever made by a Locker; a nil *Lock, or a zero
+// Lock, is not held: Release, Refresh and TTL return ErrNotHeld, KeepAlive
+// a context ended with ErrNotHeld, and Key, Token, Fence and Until their
+// zero values.
 //
-// Lock order: a Locker's keeper.mu and lines.mu before an acquisition's mu,
-// never after; no code holds two acquisitions' mu at once.
+// Several Locks may be handles of one acquisition: a call whose ctx carries
+// a lock joins it (see Lock.Context). Each handle has its own Key and Keys
+// (a nested one-key call on a key of a set has that key), and shares the
+// acquisition's token, lease and loss.
 type Lock struct {
 	locker *Locker
-	key    string
-	rkey   string // the lock's key in Redis (see keyspace.lock)
-	token  string
-	mode   lockMode
-	fence  int64
-	set    []string // a set's keys (ObtainMulti), in the caller's order, key the first; nil for one key
-	fences []int64  // a set's fences, one per key of set (fence the first); nil for one key
-	parts  []*Lock  // a set across Cluster slots: a Lock per slot (see obtainAcross); nil otherwise
+	h      *lease.Hold // the acquisition
+	keys   []string    // the handle's keys: the acquisition's, or the one key a nested call joined
+	joined bool        // the handle joined an acquisition (see Lock.Context)
 
-	// What the acquisition wrote, for the release to undo; set before the
-	// Lock is returned.
-	plain     bool   // taken by take.lua: while nothing else happens, drop.lua releases it (see Lock.drop)
-	places    string // its places key, for drop.lua
-	described bool   // a holder description was stored (WithHolder)
-	lined     bool   // got through the line: others likely wait (see deployment.release)
-	// A command that could take the key for the token may still run when
-	// resent (go-redis sent the acquire twice) or first.mayRun(): its
-	// release then marks the token spent (see spend.lua).
-	resent       bool
-	firstAttempt *firstAttempt
-
-	replicas replicas                // that must acknowledge its writes (WithReplicas); set before the Lock is returned
-	joined   *Lock                   // the acquisition this handle joined (see reentrant.go), or nil
-	kept     context.CancelCauseFunc // ends this joined handle's kept context (see keepJoined); under the acquisition's mu
-
-	mu          sync.Mutex // of the acquisition guards all but the constant fields above
-	clock       leaseClock // the lease as known locally
-	handles     int        // live handles of the acquisition, itself included
-	ended       bool       // Release was called on this handle
-	releasing   bool       // a release of the acquisition is under way
-	released    bool       // released (or passed on): the lock is gone for good
-	renewal     *renewal   // set while KeepAlive renews the lease
-	since       time.Time  // when the lock was acquired (or passed to this acquisition)
-	lostWhy     error      // why the lock is known to be lost (see lose), or nil
-	over        time.Time  // when this process stopped holding the lock: it was found lost, or its release (or a pass) began; zero while held (see endNow)
-	lost        bool       // found lost while no Release was under way (see lose)
-	lostSeen    bool       // the Lost hook was called
-	generations bool       // a command of a generation above 0 was sent: Redis may keep its generation (see leaseClock)
-	unsure      bool       // a release's outcome was unknown: an earlier run may have released it (see releasedBy)
+	mu    sync.Mutex
+	ended bool                    // Release was called on this handle
+	kept  context.CancelCauseFunc // ends this handle's latest KeepAlive context
 }
 
-// newLock returns the lock on key held by token in mode since a command
-// sent at start set its lease to ttl.
-func newLock(l *Locker, key, token string, m lockMode, fence int64, ttl time.Duration, start time.Time) *Lock {
-	return &Lock{locker: l, key: key, rkey: l.keys.lock(key), token: token, mode: m, fence: fence, described: l.opts.holder != "", handles: 1, since: start,
-		clock: leaseClock{until: start.Add(ttl), ttl: ttl, genTTL: ttl}}
-}
+// usable reports whether lk was made by a Locker (not nil, not a zero Lock).
+func (lk *Lock) usable() bool { return lk != nil && lk.h != nil }
 
-// passed returns the acquisition that a pass of lk (see lines.pass) gives
-// a waiter whose ttl is ttl: the same hold in Redis, with a lease clock of
-// its own whose commands start a generation of their own, so that no late
-// command of the passer can change the lease after them. lk.mu is held.
-func (lk *Lock) passed(ttl time.Duration) *Lock {
-	return &Lock{locker: lk.locker, key: lk.key, rkey: lk.rkey, token: lk.token, plain: lk.plain, places: lk.places, described: lk.described, lined: lk.lined, resent: lk.resent, firstAttempt: lk.firstAttempt,
-		handles: 1, since: time.Now(), clock: leaseClock{until: lk.clock.until, ttl: ttl, gen: lk.clock.gen + 1, genTTL: ttl}}
-}
-
-// Key returns the key the lock is held on ("" for a nil Lock).
+// Key returns the key the lock is held on: of a set (ObtainMulti), the
+// first of Keys ("" for a nil Lock).
 func (lk *Lock) Key() string {
-	if lk == nil {
+	if !lk.usable() {
 		return ""
 	}
-	return lk.key
+	return lk.keys[0]
 }
 
-// Token returns the random token stored at the key while the lock is held
-// (at every key of a set; of a set across Cluster slots, the token of the
-// first slot's keys: each slot's keys hold a token of their own).
-// A lock that a Locker passes from one of its Obtains to the next without a
-// round trip (see Obtain) keeps the token: the key is held by the same hold
-// in Redis. Locks handed over by Redis, and fenced locks, always have a
-// token of their own.
+// Keys returns the keys the lock is held on: a set's (see ObtainMulti), in
+// the order they were given, or the one key (nil for a nil Lock).
+func (lk *Lock) Keys() []string {
+	if !lk.usable() {
+		return nil
+	}
+	return slices.Clone(lk.keys)
+}
+
+// Token returns the random token stored at every key of the lock while it
+// is held (a set across Cluster slots too: its slots' keys share it). Pass
+// it to Locker.Resume to hold the lock again from another process. A lock
+// that a Locker passes from one of its Obtains to the next without a round
+// trip (see Obtain) keeps the token: the key is held by the same hold in
+// Redis. Locks handed over by Redis, and fenced locks, always have a token
+// of their own.
 func (lk *Lock) Token() string {
-	if lk == nil {
+	if !lk.usable() {
 		return ""
 	}
-	return lk.token
+	return lk.h.Token
+}
+
+// Fence returns the fencing token of this acquisition: a number greater than
+// every fence issued before for this key, by any Locker in any process. It is
+// 0 when the lock was obtained without WithFencing.
+//
+// Pass it along with every write to the resource the lock protects, and
+// have the resource reject writes whose fence is lower than the highest it
+// has seen. A holder whose lease expired during a pause (GC, a stopped VM)
+// still believes it holds the lock; its fence is lower than the next
+// holder's, so its late writes are rejected. For a SQL row:
+//
+//	UPDATE stock SET count = $1, fence = $2 WHERE id = $3 AND fence <= $2
+//
+// and treat "0 rows updated" as ErrFenceRejected. For a value in Redis, use
+// SetFenced.
+func (lk *Lock) Fence() int64 {
+	if !lk.usable() {
+		return 0
+	}
+	return lk.FenceOf(lk.keys[0])
+}
+
+// FenceOf returns the fencing token of key, one of Keys (see Fence); 0 for
+// a key the lock does not hold, or without WithFencing.
+func (lk *Lock) FenceOf(key string) int64 {
+	if !lk.usable() || !slices.Contains(lk.keys, key) {
+		return 0
+	}
+	return lk.h.Fences()[slices.Index(lk.h.Keys, key)]
+}
+
+// Fences returns the fencing token of each of Keys (see Fence), in the
+// same order (nil for a nil Lock); FenceOf gives one key's.
+func (lk *Lock) Fences() []int64 {
+	if !lk.usable() {
+		return nil
+	}
+	fences := make([]int64, len(lk.keys))
+	for i, key := range lk.keys {
+		fences[i] = lk.FenceOf(key)
+	}
+	return fences
 }
 
 // Until returns when the lease ends as far as this process can tell: the
@@ -117,84 +130,15 @@ func (lk *Lock) Token() string {
 // Refresh, TTL or Release find the key gone or taken), and when its
 // release begins (Release, or the give-back that follows a loss), Until
 // moves to that moment, before any command that frees the key is sent
-// (see endNow). So time.Now().Before(lk.Until()) never holds while Redis no
+// (see docs/how-it-works.md). So time.Now().Before(lk.Until()) never holds while Redis no
 // longer holds the key for lk. A Release that fails on Redis leaves it
 // there too: the release may have run.
 func (lk *Lock) Until() time.Time {
 	if !lk.usable() {
 		return time.Time{}
 	}
-	a := lk.acquisition()
-	if a.parts != nil {
-		return a.untilAcross()
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.heldUntil()
+	return lk.h.Until()
 }
-
-// heldUntil is Until for the acquisition lk: the lease clock's end, or the
-// moment the lock ended for this process if that is earlier. lk.mu is held.
-func (lk *Lock) heldUntil() time.Time {
-	if !lk.over.IsZero() && lk.over.Before(lk.clock.until) {
-		return lk.over
-	}
-	return lk.clock.until
-}
-
-// endNow records that the lock ends for this process now, unless it ended
-// already: it is found lost, or its release begins. It is the one writer of
-// over, and every path that ends a lock calls it before it sends anything
-// that frees the key (a release, a give-back), so Until is never later than
-// the key's life. lk.mu is held.
-func (lk *Lock) endNow() {
-	if lk.over.IsZero() {
-		lk.over = time.Now()
-	}
-}
-
-// FenceOf returns the fencing token of key, one of Keys (see Fence): for a
-// set of keys (ObtainMulti), that key's own; 0 for a key the lock does not
-// hold, or without WithFencing.
-func (lk *Lock) FenceOf(key string) int64 {
-	if lk == nil {
-		return 0
-	}
-	if lk.set == nil {
-		if key != lk.key {
-			return 0
-		}
-		return lk.fence
-	}
-	if i := slices.Index(lk.set, key); i >= 0 {
-		return lk.fences[i]
-	}
-	return 0
-}
-
-// fencesOf returns the fences lk took for keys (nil for nil keys).
-func (lk *Lock) fencesOf(keys []string) []int64 {
-	var fences []int64
-	for _, key := range keys {
-		fences = append(fences, lk.FenceOf(key))
-	}
-	return fences
-}
-
-// redisKeys returns the Redis keys of lk's keys.
-func (lk *Lock) redisKeys() []string {
-	if lk.set == nil {
-		return []string{lk.rkey}
-	}
-	rkeys := make([]string, len(lk.set))
-	for i, key := range lk.set {
-		rkeys[i] = lk.locker.keys.lock(key)
-	}
-	return rkeys
-}
-
-// usable reports whether lk was made by a Locker (not nil, not a zero Lock).
-func (lk *Lock) usable() bool { return lk != nil && lk.locker != nil }
 
 // Release releases the lock: it deletes the key if it still holds this
 // lock's token, and hands the key to the next in line if anyone waits. When
@@ -208,7 +152,7 @@ func (lk *Lock) usable() bool { return lk != nil && lk.locker != nil }
 // contacting Redis). A release whose reply was lost, and that go-redis (or
 // the caller) sent again, finds the key gone by its own first run: it
 // returns nil when that second run's reply came before the lease could
-// have run out (the lease clock's end: see leaseClock), and else
+// have run out (the lease clock's end: see docs/lease-keeping.md), and else
 // ErrNotHeld, saying the outcome is unknown (see docs/guarantees.md).
 //
 // Release returns when ctx is done even if Redis does not answer; the
@@ -225,297 +169,36 @@ func (lk *Lock) Release(ctx context.Context) error {
 }
 
 // release ends lk's handle, and releases the acquisition with its last
-// handle. A release that Redis failed leaves the handle open, so that
-// Release may be called again; with finally (WithLock, after which nobody
-// can), it goes on in the background instead, and the error says so.
+// handle: it begins the release (the lease's end moves to now) and hands
+// the rest to the backend, which finishes it (see lease.Store). A release
+// that Redis failed leaves the handle open, so that Release may be called
+// again; with finally (WithLock, after which nobody can), it goes on in the
+// background instead, and the error says so.
 func (lk *Lock) release(ctx context.Context, finally bool) error {
-	a, last, ok := lk.endHandle()
+	last, ok := lk.endHandle()
 	if !ok {
 		return ErrNotHeld
 	}
 	if !last {
 		return nil // another handle holds it still (see reentrant.go)
 	}
-	err := a.end(ctx)
+	var err error
+	if lk.h.BeginRelease() {
+		err = lk.locker.backend.Release(ctx, lk.h)
+	} else {
+		lk.h.WaitGiveBack(ctx) // a lost lock's keys still held are free when Release returns
+		err = lk.h.NotHeld()
+	}
 	switch {
-	case err == nil, errors.Is(err, ErrNotHeld), a.isReleased():
+	case err == nil, errors.Is(err, ErrNotHeld), scripts.IsBackground(err):
 	case finally:
-		a.locker.releaseLater(a)
-		err = fmt.Errorf("%w; the release %w", err, errBackground)
+		lk.h.GiveBack()
+		err = fmt.Errorf("%w; the release %w", err, scripts.ErrBackground)
 	default:
 		lk.reopenHandle()
 	}
-	a.releasedEvent(ctx, err)
+	lk.locker.released(ctx, lk, err)
 	return err
-}
-
-// end releases the acquisition lk, whose last handle ended: it passes it
-// to the Locker's next waiting Obtain when it may (see lines.pass), drops a
-// plain lock with one command (see drop), and releases any other through
-// the Locker's backend.
-func (lk *Lock) end(ctx context.Context) error {
-	if !lk.beginRelease() {
-		return lk.notHeld(nil)
-	}
-	lk.stopKeeping()
-	if lk.parts != nil {
-		return lk.endAcross(ctx)
-	}
-	l := lk.locker
-	passed, lined := l.lines.pass(lk)
-	if passed {
-		l.handedOff(ctx, lk.key, true, 1)
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		lk.markReleased()
-		l.releaseLater(lk)
-		return goesOn(lk.key, err)
-	}
-	reply := dropReply{code: replyNotPlain}
-	var err error
-	if !lined && lk.droppable() {
-		if ctx.Done() == nil {
-			reply, err = lk.drop(ctx)
-		} else { // it goes on when the caller stops waiting (see detached)
-			l.background.begin()
-			reply, err = detached(ctx, l.releaseBound(), func(ctx context.Context) (dropReply, error) {
-				defer l.background.end()
-				return lk.drop(ctx)
-			}, nil)
-		}
-	}
-	var lost []string
-	var handoffs int
-	if err == nil && reply.code == replyNotPlain {
-		lost, handoffs, err = l.backend.release(ctx, lk)
-	} else if err == nil && !lk.releasedBy(reply.code == replyOK, reply.resent) {
-		lost = []string{lk.key}
-	}
-	switch {
-	case isAbandoned(err):
-		lk.markReleased()
-		return goesOn(lk.key, err)
-	case ended(ctx) && err != nil:
-		// go-redis stopped at the deadline (ContextTimeoutEnabled): the
-		// release may not have run; run it again in the background.
-		lk.markReleased()
-		l.releaseLater(lk)
-		return goesOn(lk.key, err)
-	case err != nil:
-		lk.mu.Lock()
-		lk.releasing = false // Release may be called again
-		lk.unsure = lk.unsure || !refused(err)
-		lk.mu.Unlock()
-		return failed("release", lk.key, err)
-	}
-	lk.markReleased() // held or not, it is not ours any more
-	l.handedOff(ctx, lk.key, false, handoffs)
-	if lost != nil {
-		return lk.notHeld(lost)
-	}
-	return nil
-}
-
-// droppable reports whether lk is still a plain lock that drop may
-// release: taken by take.lua, not got through a line, no generation stored
-// for it, and no copy of its acquisition that may still run (which must be
-// marked spent: see release.lua).
-func (lk *Lock) droppable() bool {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	return lk.plain && !lk.lined && !lk.generations && !lk.resent && !lk.firstAttempt.mayRun()
-}
-
-// A dropReply is drop.lua's reply: replyOK, replyNotOurs or replyNotPlain,
-// and whether go-redis sent the command more than once.
-type dropReply struct {
-	code   int64
-	resent bool
-}
-
-// drop releases lk, a plain lock (see droppable), with drop.lua: one
-// compare and delete, when the key is still plain; replyNotPlain says it is
-// not (someone waits, or a token of the key may be spent), and nothing was
-// changed: release.lua must release it.
-func (lk *Lock) drop(ctx context.Context) (dropReply, error) {
-	l := lk.locker
-	cmd, sent := scriptCall{dropScript, []string{lk.rkey, lk.places}, []any{&counted{s: lk.token}}}.run(ctx, l.client)
-	code, err := cmd.Int64()
-	l.noteErr(err)
-	return dropReply{code: code, resent: sent.resent()}, err
-}
-
-// notHeld is the error of an operation on lk that did not find lost held
-// (nil: did not say which keys, or sent nothing). Once lk was found lost,
-// it says what was found: the Locker gives back what is left of a kept
-// lock in the background, so what a release finds missing later is no news.
-func (lk *Lock) notHeld(lost []string) error {
-	lk.mu.Lock()
-	unsure, why, found := lk.unsure, lk.lostWhy, lk.lost
-	lk.mu.Unlock()
-	switch {
-	case why != nil:
-		return fmt.Errorf("%w: %s", ErrNotHeld, strings.TrimPrefix(why.Error(), ErrLockLost.Error()+": "))
-	case found:
-		return fmt.Errorf("%w: %s: no renewal got through before the lease's end", ErrNotHeld, quoteKeys(lk.key, lk.set))
-	case lost == nil:
-	case lk.set != nil:
-		return fmt.Errorf("%w: %s: not held by this lock any more (the set's other keys were released)", ErrNotHeld, quoteAll(lost))
-	case unsure:
-		return fmt.Errorf("%w: %s: an earlier run of this release may have released it (its reply was lost) before the lease ran out, or the lease ran out first", ErrNotHeld, quoteKey(lk.key))
-	}
-	return ErrNotHeld
-}
-
-// releasedBy reports whether the release of lk whose run answered held
-// (it found the key held by lk, and released it) and resent (go-redis sent
-// it more than once) released lk: also when it did not find it held, but
-// an earlier run of this release may have released it (this run was sent
-// again, or an earlier Release of lk had an unknown outcome), and this
-// run's reply came before Until. Until is never later than the key's
-// expiry (see leaseClock), so the key did not expire before this run: it
-// was deleted, by the earlier run, or by a fault this process cannot tell
-// from it (a failover that lost the key, FLUSHALL, eviction, another
-// client's DEL). Reported as released, since it most likely was; the same
-// without a reply in time is not (see notHeld).
-func (lk *Lock) releasedBy(held, resent bool) bool {
-	if held {
-		return true
-	}
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	lk.unsure = lk.unsure || resent
-	// The lease clock's end, not Until's: Until moved to when the release
-	// began. A lock found lost before was not released by it.
-	return lk.unsure && lk.lostWhy == nil && time.Now().Before(lk.clock.until)
-}
-
-// releaseBound is how long a release goes on in the background once its
-// caller stopped waiting: long enough for go-redis to send it again after a
-// timeout. spendFor is how long a spent token's mark lasts (see spend.lua):
-// as long as that, at least 10 s, covers every copy go-redis sends of a
-// command, and of one sent before it.
-func (l *Locker) releaseBound() time.Duration { return max(withdrawTimeout, l.retry+time.Second) }
-
-func (l *Locker) spendFor() time.Duration { return max(10*time.Second, l.releaseBound()) }
-
-// beginRelease claims lk's release for the caller: false when lk is
-// released, or another Release of it is under way.
-func (lk *Lock) beginRelease() bool {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	if lk.released || lk.releasing {
-		return false
-	}
-	lk.releasing = true
-	lk.endNow()
-	return true
-}
-
-// lose ends lk for a loss: the one function that decides that a lock is
-// lost, found gone or taken (by a renewal, Refresh, TTL: why says so), or
-// with its lease run out and no renewal answered (KeepAlive's timer: why is
-// nil). Under lk.mu it moves Until to now (endNow), keeps the first
-// reason, and, unless a Release of lk has begun (the key is then gone by
-// its doing: no loss), marks lk lost: beginSet refuses it and no context
-// joins it (see Locker.join). Only then does it end the kept context with
-// ErrLockLost, whose handler reports the loss (Hooks.Lost) and gives the
-// key back (see keep); a lock that is not kept is reported here, with ctx,
-// the context of the call that found it lost.
-func (lk *Lock) lose(ctx context.Context, why error) {
-	lk.mu.Lock()
-	lk.endNow()
-	if lk.lostWhy == nil {
-		lk.lostWhy = why
-	}
-	losable := lk.losable()
-	lk.lost = lk.lost || losable
-	r := lk.renewal
-	kept := r != nil && r.ctx.Err() == nil
-	lk.mu.Unlock()
-	switch {
-	case kept:
-		r.cancel(ErrLockLost)
-	case losable:
-		lk.reportLost(ctx, nil)
-	}
-}
-
-// lostReason is why lk is known to be lost (see lose), or nil.
-func (lk *Lock) lostReason() error {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	return lk.lostWhy
-}
-
-// gone is why lk is lost when a command found the key gone or another's:
-// of a set, its i-th key (from 1), or one of them when i is 0.
-func (lk *Lock) gone(i int) error {
-	what := quoteKeys(lk.key, lk.set)
-	if i >= 1 && i <= len(lk.set) {
-		what = quoteKey(lk.set[i-1])
-	}
-	return fmt.Errorf("%w: %s was gone or held by another owner", ErrLockLost, what)
-}
-
-// lapse records that lk, which its acquisition has not returned yet, is not
-// held: its lease ended before the acquisition could renew it. Nobody held
-// it, so nobody is told (Hooks.Lost).
-func (lk *Lock) lapse() {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	lk.endNow()
-	if lk.lostWhy == nil {
-		lk.lostWhy = fmt.Errorf("%w: %s: the lease ran out before the acquisition returned", ErrLockLost, quoteKey(lk.key))
-	}
-}
-
-// releaseBegun reports whether lk's release has begun, or lk is released.
-func releaseBegun(lk *Lock) bool {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	return lk.releasing || lk.released
-}
-
-// losable reports whether lk can be found lost: no Release of it is under
-// way or done. lk.mu is held.
-func (lk *Lock) losable() bool { return !lk.releasing && !lk.released }
-
-// isLost reports whether lk was found lost (before any Release began).
-func (lk *Lock) isLost() bool {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	return lk.lost
-}
-
-// reportLost calls the Lost hook, once per acquisition, for lk found lost
-// (see lose). lastErr is the error of the last renewal, if it
-// failed.
-func (lk *Lock) reportLost(ctx context.Context, lastErr error) {
-	lk.mu.Lock()
-	seen, why := lk.lostSeen, lk.lostWhy
-	lk.lostSeen = true
-	lk.mu.Unlock()
-	h := lk.locker.opts.hooks.Lost
-	if h == nil || seen {
-		return
-	}
-	switch {
-	case why != nil:
-	case lastErr != nil:
-		why = fmt.Errorf("%w: %s: no renewal succeeded before the lease ran out; the last one failed: %w", ErrLockLost, quoteKey(lk.key), lastErr)
-	default:
-		why = fmt.Errorf("%w: %s: no renewal was answered before the lease ran out (Redis or the network stalled)", ErrLockLost, quoteKey(lk.key))
-	}
-	h(ctx, LostEvent{Key: lk.key, Keys: lk.set, Token: lk.token, Held: time.Since(lk.since), Err: why})
-}
-
-// markReleased records that lk is released, or being released.
-func (lk *Lock) markReleased() {
-	lk.mu.Lock()
-	lk.released = true
-	lk.mu.Unlock()
 }
 
 // Refresh sets the lease to ttl from now if the lock is still held. It
@@ -530,26 +213,14 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return fmt.Errorf("%w: must be at least 1ms (got %v)", ErrInvalidTTL, ttl)
 	}
-	if err := lk.locker.backend.check(&options{}, ttl); err != nil {
+	r := lease.Request{Keys: lk.h.Keys, Mode: lk.h.Mode, TTL: ttl.Truncate(time.Millisecond)}
+	if err := lk.locker.backend.Check(&r); err != nil && !errors.Is(err, ErrInvalidOption) {
 		return err
 	}
 	if lk.handleEnded() {
 		return ErrNotHeld
 	}
-	lk = lk.acquisition()
-	ttl = ttl.Truncate(time.Millisecond)
-	if lk.parts != nil {
-		return lk.refreshAcross(ctx, ttl)
-	}
-	r, err := lk.setLease(ctx, ttl, false)
-	if err != nil {
-		return failed("refresh", lk.key, err)
-	}
-	if r.lost() {
-		lk.lose(ctx, lk.gone(r.missing))
-		return lk.notHeld(nil)
-	}
-	return nil
+	return lk.h.Refresh(ctx, r.TTL)
 }
 
 // TTL returns the remaining lease as Redis sees it, or ErrNotHeld when the
@@ -559,25 +230,120 @@ func (lk *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if !lk.usable() || lk.handleEnded() {
 		return 0, ErrNotHeld
 	}
-	lk = lk.acquisition()
-	if lk.parts != nil {
-		return lk.ttlAcross(ctx)
-	}
-	left, err := call(ctx, lk.locker, func(ctx context.Context) (time.Duration, error) {
-		return lk.locker.backend.pttl(ctx, lk)
-	})
-	if err != nil {
-		return 0, failed("read the lease of", lk.key, err)
-	}
-	if left == leaseNotHeld*time.Millisecond {
-		lk.lose(ctx, lk.gone(0))
-		return 0, lk.notHeld(nil)
+	l := lk.locker
+	l.env.Background.Begin()
+	left, err := scripts.Bounded(ctx, false, func(ctx context.Context) (time.Duration, error) {
+		defer l.env.Background.End()
+		return l.backend.PTTL(ctx, lk.h)
+	}, nil)
+	switch {
+	case err != nil:
+		return 0, scripts.Failed("read the lease of", lk.Key(), err)
+	case left == scripts.LeaseNotHeld && lk.h.State() == lease.Held:
+		return 0, lk.h.Lose(ctx, 0)
+	case left == scripts.LeaseNotHeld:
+		return 0, lk.h.NotHeld()
 	}
 	return left, nil
 }
 
-func (lk *Lock) isReleased() bool {
+// KeepAlive keeps the lock's lease alive in the background and returns a
+// context, derived from ctx, that tells the holder when the lock is lost.
+//
+// The lease is renewed to the lock's ttl (that of the acquisition or of the
+// latest Refresh) about every ttl/3; a renewal that is not answered soon is
+// sent again on another connection, and one that failed is retried. The
+// returned context is cancelled with cause ErrLockLost
+//
+//   - as soon as a renewal finds the key gone or owned by another token, and
+//   - at the latest at Until() - ttl/100 - min(safety margin, ttl/4) (see
+//     WithSafetyMargin), even if Redis hangs and no renewal ever returns.
+//     Until is never later than the key's expiry in Redis, whatever order
+//     Redis runs the commands in flight in (see Lock.Until), so the lock is
+//     held for as long as the context is not done, provided the process's
+//     timers fire within the safety margin.
+//
+// Once the context ends with ErrLockLost, nothing extends the lease any
+// more, and the lock is released in the background (for as long as a
+// release goes on: see Lock.Release), so that a lock whose renewals Redis
+// ran but did not confirm in time (WithReplicas: no replica acknowledged
+// them) is free for others as soon as Redis answers, not a lease later;
+// Release then returns ErrNotHeld. Before the context ends, the loss is
+// recorded: Until is no later than that moment, and an Obtain, TryObtain or
+// WithLock whose ctx carries the lock returns ErrLockLost at once, sending
+// nothing .
+//
+// A kept lease rides out a stall of Redis or the network of up to about
+// 2/3 ttl - ttl/100 - min(safety margin, ttl/4): a renewal sent ttl/3 after
+// the last one must be answered before the context's deadline. A longer
+// stall ends the context although Redis may still hold the key (a false
+// alarm, which is safe). So a ttl of at least 1.5 times the longest stall
+// to ride out plus the margin: 300 ms for stalls of up to about 150 ms,
+// 1 s for stalls of up to about 600 ms (see docs/lease-keeping.md).
+//
+// Refresh may be called while KeepAlive renews: renewals then follow the
+// Refresh's ttl, and a renewal of the old ttl that Redis runs after the
+// Refresh cannot make the context outlive the lease. Renewal stops when the
+// returned context is done: when ctx is, when the lock is lost, or when
+// Release is called. Calling KeepAlive again replaces the previous context
+// (it is cancelled). The leases of a Locker are renewed by one goroutine,
+// which runs while the Locker keeps a lease, in pipelines per Redis node.
+//
+// On a handle that joined another acquisition (see Lock.Context), the
+// returned context ends when ctx does or when the acquisition's kept
+// context does, with its cause; an acquisition not kept yet is kept from
+// then on, until it is released or lost, whatever becomes of ctx (other
+// handles may rely on it).
+func (lk *Lock) KeepAlive(ctx context.Context) context.Context {
+	if !lk.usable() {
+		ctx, cancel := context.WithCancelCause(ctx)
+		cancel(ErrNotHeld)
+		return ctx
+	}
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
-	return lk.released
+	if lk.ended {
+		ctx, cancel := context.WithCancelCause(ctx)
+		cancel(ErrNotHeld)
+		return ctx
+	}
+	if lk.kept != nil {
+		lk.kept(context.Canceled) // replaced
+	}
+	kctx := lk.h.Keep(ctx, lk.joined)
+	lk.kept = func(cause error) { lease.Cancel(kctx, cause) }
+	return kctx
+}
+
+// endHandle ends lk's handle: last reports that it was the last handle of
+// its acquisition, which must then be released; ok is false when the
+// handle was ended already. A joined handle's kept context ends with it.
+func (lk *Lock) endHandle() (last, ok bool) {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.ended {
+		return false, false
+	}
+	lk.ended = true
+	if lk.kept != nil && lk.joined {
+		lk.kept(context.Canceled) // Release ends the handle's kept context
+	}
+	return lk.h.Leave(), true
+}
+
+// reopenHandle undoes endHandle after a release that failed, so that
+// Release may be called again.
+func (lk *Lock) reopenHandle() {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	lk.ended = false
+	lk.h.Rejoin()
+}
+
+// handleEnded reports whether Release was called on lk, or its acquisition
+// is released.
+func (lk *Lock) handleEnded() bool {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.ended || lk.h.State() == lease.Released
 }

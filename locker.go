@@ -7,10 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sync/atomic"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	backends "github.com/seed5e0b76d9/redislock/internal/backend"
+	"github.com/seed5e0b76d9/redislock/internal/lease"
+	"github.com/seed5e0b76d9/redislock/internal/scripts"
 )
 
 // A Locker acquires locks on one Redis deployment (a single node, a
@@ -20,21 +24,21 @@ import (
 // Obtain), so sharing one Locker is also what makes waiting cheap. The zero
 // Locker, and a nil *Locker, return ErrNilClient from every call.
 type Locker struct {
-	client     redis.UniversalClient
-	opts       options
-	calls      [2]options              // opts of a call with no options of its own: an Obtain's, a TryObtain's
-	id         string                  // names the Locker's wake channels and its places in line
-	keys       keyspace                // names its keys and channels in Redis
-	backend    backend                 // where its locks live
-	direct     bool                    // the client honours ctx deadlines itself (see bounded, timing)
-	retry      time.Duration           // how long go-redis may take with one command (see retryWindow)
-	read       time.Duration           // the client's ReadTimeout; <= 0: none
-	sharded    bool                    // the client is a Cluster's: hand-offs are announced on shard channels
-	rtts       roundTrips              // of answered attempts (see silence)
-	failure    atomic.Pointer[failure] // see lastFailure
-	keeper     keeper                  // renews kept leases
-	lines      lines                   // Obtains waiting for keys (a deployment's)
-	background *background             // clean-up in the background (see Shutdown)
+	opts    options
+	calls   [2]options // opts of a call with no options of its own: an Obtain's, a TryObtain's
+	env     *lease.Env // what its holds share
+	backend backend    // where its locks live
+}
+
+// A backend is where a Locker's locks live (see internal/backend): one
+// deployment (a backends.Node) or a quorum of masters (a backends.Quorum).
+type backend interface {
+	lease.Store
+	Check(r *lease.Request) error
+	Acquire(ctx context.Context, r *lease.Request) (*lease.Hold, int, error)
+	PTTL(ctx context.Context, h *lease.Hold) (time.Duration, error)
+	Inspect(ctx context.Context, key string) (scripts.Info, error)
+	Shutdown(ctx context.Context) error
 }
 
 // New returns a Locker that acquires locks through client, a go-redis v9
@@ -51,29 +55,70 @@ type Locker struct {
 // A nil client or an invalid option is reported by every call on the
 // returned Locker (ErrNilClient, ErrInvalidOption, ErrInvalidTTL).
 func New(client redis.UniversalClient, opts ...Option) *Locker {
-	o := defaultOptions().apply(opts, false)
-	if isNil(client) && o.err == nil {
-		o.err = ErrNilClient
+	l := newLocker(opts)
+	if isNil(client) && l.opts.err == nil {
+		l.opts.err = ErrNilClient
 	}
-	l := newLocker(client, o)
-	l.backend = deployment{l}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	if isNil(client) {
+		client = nil // go-redis's defaults for the timeouts (see scripts.TimingOf)
+	}
+	l.backend = backends.NewNode(client, l.opts.namespace, hex.EncodeToString(id[:]), l.env, l.handedOff)
 	return l
 }
 
-// newLocker returns a Locker of client (nil for a quorum Locker) with the
-// resolved options o, without its masters.
-func newLocker(client redis.UniversalClient, o options) *Locker {
-	var id [8]byte
-	_, _ = rand.Read(id[:])
-	l := &Locker{client: client, opts: o, id: hex.EncodeToString(id[:]), keys: keyspace{o.namespace}, background: &background{}}
+// NewQuorum returns a Locker whose locks are held on a majority of the
+// independent Redis masters clients (not replicas of each other, not nodes
+// of one Cluster): an odd number, usually 3 or 5 (of n masters a majority
+// is n/2+1, so a fourth master adds no tolerance to three). A lock
+// survives the loss of a minority of them: with 5 masters, any 2 may be
+// down, slow or partitioned away. The Locker has the API and contract of New's, with
+// these differences (the details are in docs/fault-tolerance.md):
+//
+//   - Obtain polls with jittered backoff (WithBackoff) instead of waiting
+//     in a line: waiting is not fair, and a release does not hand the key
+//     over. WithShared, WithPermits and WithReplicas are refused
+//     (ErrInvalidOption), and so are sets of keys (ObtainMulti,
+//     TryObtainMulti, WithLockMulti; one key too).
+//   - Each operation goes to every master at once and is decided by the
+//     fastest majority: an attempt is contention (ErrNotObtained) when a
+//     majority answered and fewer than a majority took the key, and a
+//     failure (an error joining the masters' errors) only when so many
+//     failed that a majority cannot answer. A release is decided by a
+//     majority; the other masters' releases go on in the background until
+//     each is answered or go-redis gives up on it, and Shutdown waits for
+//     them.
+//   - WithFencing's fences keep increasing across holders as long as no
+//     master forgets its counter (see docs/fault-tolerance.md); a fenced acquisition
+//     costs one or two more round trips.
+//   - Until allows for the drift of the masters' clocks, as Redlock does:
+//     ttl/100 + 2 ms less than the lease that a command set; a ttl below
+//     10 ms is ErrInvalidTTL.
+//
+// The restart rule: a master that loses its data forgets the locks it
+// held, and a second majority may form while they are held. Such a master
+// must stay away for longer than the longest lease, or run with
+// appendonly yes and appendfsync always. Fence counters never expire:
+// masters that issue fences need appendfsync always.
+//
+// A nil client, or no client, is reported by every call (ErrNilClient).
+func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
+	l := newLocker(opts)
+	if (len(clients) == 0 || slices.ContainsFunc(clients, isNil)) && l.opts.err == nil {
+		l.opts.err = ErrNilClient
+	}
+	l.backend = backends.NewQuorum(clients, l.opts.namespace, l.env)
+	return l
+}
+
+// newLocker returns a Locker with opts, without its backend.
+func newLocker(opts []Option) *Locker {
+	o := defaultOptions().apply(opts, false)
+	l := &Locker{opts: o}
 	l.calls[0], l.calls[1] = o.apply(nil, true), o.apply(nil, true)
 	l.calls[1].wait = 0
-	if isNil(client) {
-		client = nil // go-redis's defaults for the timeouts (see timingOf)
-	}
-	_, l.sharded = client.(*redis.ClusterClient)
-	t := timingOf(client)
-	l.direct, l.read, l.retry = t.direct, t.read, t.retryWindow()
+	l.env = &lease.Env{Events: events{l}, Background: &scripts.Background{}, Safety: o.safety}
 	return l
 }
 
@@ -117,7 +162,8 @@ func (l *Locker) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 		call := l.opts.apply(opts, true)
 		o = &call
 	}
-	return l.obtain(ctx, key, ttl, o)
+	r := o.request([]string{key}, ttl, false)
+	return l.obtain(ctx, &r, ttl, o.bad(false))
 }
 
 // TryObtain makes a single attempt to acquire the lock on key for ttl. It
@@ -135,7 +181,8 @@ func (l *Locker) TryObtain(ctx context.Context, key string, ttl time.Duration, o
 		call.wait = 0
 		o = &call
 	}
-	return l.obtain(ctx, key, ttl, o)
+	r := o.request([]string{key}, ttl, false)
+	return l.obtain(ctx, &r, ttl, o.bad(false))
 }
 
 // usable returns ErrNilClient for a nil or zero Locker (not made by New or
@@ -147,35 +194,38 @@ func (l *Locker) usable() error {
 	return nil
 }
 
-// obtain is Obtain with resolved options, which it does not change; o.wait
-// == 0 makes a single attempt. It checks the call, joins the lock ctx
-// carries or acquires the key on the Locker's backend, and reports the
-// outcome (Hooks.Obtain).
-func (l *Locker) obtain(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, error) {
-	if err := l.check(ctx, key, ttl, o); err != nil {
+// obtain acquires r: it checks the call (bad is the first invalid option),
+// joins the lock ctx carries or acquires the keys on the Locker's backend,
+// and reports the outcome (Hooks.Obtain).
+func (l *Locker) obtain(ctx context.Context, r *lease.Request, ttl time.Duration, bad error) (*Lock, error) {
+	if err := l.check(ctx, r, ttl, bad); err != nil {
 		return nil, err
 	}
 	start := time.Now()
 	attempts := 0
-	lk, err := l.join(ctx, key, o) // a lost lock's context ends with the loss: join says so
+	lk, err := l.join(ctx, r) // a lost lock's context ends with the loss: join says so
 	switch {
 	case ctx.Err() != nil && err != nil:
 		err = fmt.Errorf("%w (%w)", err, ctx.Err())
 	case ctx.Err() != nil:
 		if lk != nil {
-			lk.endHandle()
+			lk.h.Leave()
 			lk = nil
 		}
-		err = failed("acquire", key, ctxErr(ctx))
+		err = scripts.Failed("acquire", r.Key(), scripts.CtxErr(ctx))
 	case lk == nil && err == nil:
-		if o.wait > 0 {
+		if r.Wait > 0 && !r.Try {
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, o.wait)
+			ctx, cancel = context.WithTimeout(ctx, r.Wait)
 			defer cancel()
 		}
-		lk, attempts, err = l.backend.acquire(ctx, key, ttl.Truncate(time.Millisecond), o)
+		var h *lease.Hold
+		h, attempts, err = l.backend.Acquire(ctx, r)
+		if h != nil {
+			lk = &Lock{locker: l, h: h, keys: r.Keys}
+		}
 	}
-	l.obtained(ctx, key, o.set, start, attempts, lk, err)
+	l.obtained(ctx, r, start, attempts, lk, err)
 	return lk, err
 }
 
@@ -200,22 +250,23 @@ func (l *Locker) WithLock(ctx context.Context, key string, fn func(ctx context.C
 		return err
 	}
 	o := l.opts.apply(opts, true)
-	return l.withLock(ctx, key, fn, &o)
+	r := o.request([]string{key}, o.ttl, false)
+	return l.withLock(ctx, &r, fn, o.bad(true))
 }
 
-// withLock is WithLock with resolved options (a set's, with o.set).
-func (l *Locker) withLock(ctx context.Context, key string, fn func(ctx context.Context) error, o *options) (err error) {
-	if fn == nil && o.err == nil {
-		o.err = ErrNilFunc
+// withLock is WithLock for r (a set's too); bad is the first invalid
+// option of the call.
+func (l *Locker) withLock(ctx context.Context, r *lease.Request, fn func(ctx context.Context) error, bad error) (err error) {
+	if fn == nil && bad == nil {
+		bad = ErrNilFunc
 	}
-	o.ttlSet = false // WithLock takes its lease from WithTTL
-	lk, err := l.obtain(ctx, key, o.ttl, o)
+	lk, err := l.obtain(ctx, r, r.TTL, bad)
 	if err != nil {
 		return err
 	}
 	lctx := lk.Context(lk.KeepAlive(ctx))
 	defer func() {
-		lost := lk.acquisition().isLost() // not when lctx only ended with an outer lock's loss
+		lost := lk.h.State() == lease.Lost // not when lctx only ended with an outer lock's loss
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
 		rerr := lk.release(rctx, true)
@@ -232,6 +283,86 @@ func (l *Locker) withLock(ctx context.Context, key string, fn func(ctx context.C
 // releaseTimeout bounds the Release that WithLock makes after fn returns.
 const releaseTimeout = 5 * time.Second
 
+// A set lock holds several keys as one lock (ObtainMulti): all of them or
+// none, with one token, one lease and, with WithFencing, a fence per key.
+//
+// All or nothing. The keys of one Redis Cluster hash slot (on any other
+// client: all the keys) are taken by one script run (see acquire.lua),
+// which takes every key or none; so no other caller ever sees part of them
+// held. Keys of several slots are taken slot by slot, in the order of the
+// slots, each slot's keys all at once, the earlier slots held while the
+// later ones are waited for (see the backend layer's acquireAcross); a call that gives up or
+// fails gives back what it took before it returns.
+//
+// No deadlock. A set waits in the line of each of its keys with one place,
+// the same token in each line, put there by one script run: the places of
+// one slot's lines are in the order those runs came, the same in every
+// line. A set's place is never handed a key: it takes its keys itself,
+// when it is first in every line and they all fit (see line.lua). The
+// earliest place of all that wait is then first in each of its lines, and
+// takes its keys once their holders, who wait for nothing, release them or
+// their leases end. Across slots, every set takes the slots in the same
+// order and holds none of a later slot while it waits for an earlier one,
+// so no cycle of waiters forms (a caller that nests its own locks in
+// another order can still make one). No starvation: a set's place is first
+// in the line of a key until it takes it; a key that falls free meanwhile
+// stays free, for nobody may overtake the first in line, and the set is
+// asked to try (see handOff).
+
+// MaxKeys is the most keys ObtainMulti takes.
+const MaxKeys = 64
+
+// ObtainMulti acquires the locks on keys for ttl as one lock, waiting as
+// Obtain does: it returns holding every key, or none. The Lock it returns
+// holds them all with one token and one lease (Key is the first of keys,
+// Keys all of them, Fences a fence per key with WithFencing); Release,
+// Refresh, TTL, Until, KeepAlive and Context act on them all, and losing
+// one of them is losing the lock. A set waits in the line of each of its
+// keys, in its turn, and never deadlocks with other sets or single keys
+// (see docs/lock-family.md, "Sets of keys").
+//
+// On a Redis Cluster, the keys of one hash slot are taken by one command,
+// all at once; keys of several slots are taken slot by slot (a round trip
+// per slot, and a line per slot to wait in), in the order of the slots:
+// while it waits for a later slot, the call holds the keys of the earlier
+// ones, and gives them back if it fails or gives up. Elsewhere every key
+// is taken at once.
+//
+// keys must be 1 to MaxKeys distinct valid keys; WithPermits does not
+// apply (ErrInvalidOption), nor does a quorum Locker. Its errors are those
+// of Obtain. A ctx that carries a lock of all of keys joins it; of some of
+// them, fails with ErrInvalidOption (it would wait for itself).
+func (l *Locker) ObtainMulti(ctx context.Context, keys []string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	if err := l.usable(); err != nil {
+		return nil, err
+	}
+	o := l.opts.apply(opts, true)
+	r := o.request(keys, ttl, true)
+	return l.obtain(ctx, &r, ttl, o.bad(false))
+}
+
+// TryObtainMulti makes a single attempt to acquire the locks on keys as one
+// lock (see ObtainMulti), as TryObtain does for one key.
+func (l *Locker) TryObtainMulti(ctx context.Context, keys []string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	if err := l.usable(); err != nil {
+		return nil, err
+	}
+	o := l.opts.apply(opts, true)
+	o.wait = 0
+	r := o.request(keys, ttl, true)
+	return l.obtain(ctx, &r, ttl, o.bad(false))
+}
+
+// WithLockMulti is WithLock for a set of keys (see ObtainMulti).
+func (l *Locker) WithLockMulti(ctx context.Context, keys []string, fn func(ctx context.Context) error, opts ...Option) error {
+	if err := l.usable(); err != nil {
+		return err
+	}
+	o := l.opts.apply(opts, true)
+	r := o.request(keys, o.ttl, true)
+	return l.withLock(ctx, &r, fn, o.bad(true))
+}
+
 // isNil reports whether client is nil, also as a nil pointer in a non-nil
 // interface (a nil *redis.Client).
 func isNil(client redis.UniversalClient) bool {
@@ -242,32 +373,105 @@ func isNil(client redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// check validates a call's input before any I/O.
-func (l *Locker) check(ctx context.Context, key string, ttl time.Duration, o *options) error {
-	switch {
-	case o.err != nil:
-		return o.err
-	case o.multi:
-		if err := checkSet(o, key); err != nil {
-			return err
-		}
-	case checkKey(key) != nil:
-		return checkKey(key)
+// check validates a call's input before any I/O: bad is the first invalid
+// option of the call, ttl the lease it asked for.
+func (l *Locker) check(ctx context.Context, r *lease.Request, ttl time.Duration, bad error) error {
+	if bad != nil {
+		return bad
 	}
-	switch {
-	case ttl < time.Millisecond:
-		return fmt.Errorf("%w: must be at least 1ms (got %v)", ErrInvalidTTL, ttl)
-	case o.ttlSet:
-		return fmt.Errorf("%w: WithTTL sets WithLock's lease; Obtain and TryObtain take theirs as the ttl argument", ErrInvalidOption)
-	}
-	if err := l.backend.check(o, ttl); err != nil {
+	if err := l.opts.err; err != nil {
 		return err
 	}
-	return l.checkUpgrade(ctx, key, o.mode)
+	switch {
+	case r.Set && len(r.Keys) == 0:
+		return fmt.Errorf("%w: no keys", ErrInvalidKey)
+	case len(r.Keys) > MaxKeys:
+		return fmt.Errorf("%w: %d keys: at most %d", ErrInvalidKey, len(r.Keys), MaxKeys)
+	case r.Set && r.Mode.Permits > 0:
+		return fmt.Errorf("%w: WithPermits: a semaphore is one key, not a set", ErrInvalidOption)
+	}
+	for i, key := range r.Keys {
+		if err := scripts.CheckKey(key); err != nil {
+			return err
+		}
+		if slices.Contains(r.Keys[:i], key) {
+			return fmt.Errorf("%w: %s given twice", ErrInvalidKey, scripts.QuoteKey(key))
+		}
+	}
+	if ttl < time.Millisecond {
+		return fmt.Errorf("%w: must be at least 1ms (got %v)", ErrInvalidTTL, ttl)
+	}
+	if err := l.backend.Check(r); err != nil {
+		return err
+	}
+	return l.checkUpgrade(ctx, r)
 }
 
-// plain reports whether an acquisition with options o takes a plain lock
-// (see the note at the top of scripts.go): exclusive, without a fence or a description.
-func (o *options) plain() bool {
-	return o.mode.exclusive() && !o.fencing && o.holder == "" && o.set == nil
+// bad returns the first invalid option of a call with options o: WithTTL
+// too, for a call that takes its lease as an argument (withTTL false).
+func (o *options) bad(withTTL bool) error {
+	if o.err == nil && o.ttlSet && !withTTL {
+		return fmt.Errorf("%w: WithTTL sets WithLock's lease; Obtain and TryObtain take theirs as the ttl argument", ErrInvalidOption)
+	}
+	return o.err
+}
+
+// Shutdown waits until the clean-up that the Locker does in the background
+// has reached Redis, or ctx ends (it then returns ctx's error): releases
+// that go on after Release returned (its ctx had ended), places in line
+// given up by Obtains that ended, and locks that acquisitions abandoned at
+// their deadline took and give back. Without it, a process that exits right
+// after an Obtain gave up may leave its place in line for up to a second
+// (placeLease: see docs/how-it-works.md), and be handed the key meanwhile
+// for that long. It also ends the Locker's pub/sub subscriptions, once no
+// Obtain waits (within 100 ms, or once go-redis gives up on a network that
+// does not answer), and waits for them, so that no goroutine of the Locker
+// is left when it returns nil (but for the idle ones of New's note, which
+// end within 20 ms). Call it before the process exits, after the
+// last Release, with a deadline: each piece of clean-up goes on until Redis
+// answers or go-redis gives up on it, which with a master that does not
+// answer takes as long as go-redis may take with a command and its
+// retries, and a second (at least 5 s; 15 s with go-redis v9.0's default
+// options, more with later releases' longer default timeouts). The Locker
+// stays usable; leases kept alive are not touched.
+func (l *Locker) Shutdown(ctx context.Context) error {
+	if err := l.usable(); err != nil {
+		return err
+	}
+	if err := l.env.Background.Wait(ctx); err != nil {
+		return err
+	}
+	return l.backend.Shutdown(ctx)
+}
+
+// Inspect reports who holds key, with their leases, the fence counter
+// and how many wait, for a lock of any mode, in one round trip (two when
+// Redis does not have the script yet, after a restart or SCRIPT FLUSH: it
+// is sent once more in full). It changes nothing. A key that holds data
+// this library did not write is reported as ModeForeign (a string) or
+// ModeOther. On a quorum Locker it reports the holders a majority of the
+// masters report, as soon as the replies decide them: at the fastest
+// majority when those agree; when they differ it waits for more replies
+// (an error if ctx ends first), then reads the first ones again, so that a
+// holder it reports was on a majority at one moment, with the lease left
+// then. An empty key returns ErrInvalidKey.
+func (l *Locker) Inspect(ctx context.Context, key string) (Info, error) {
+	if err := l.usable(); err != nil {
+		return Info{}, err
+	}
+	if err := l.opts.err; err != nil {
+		return Info{}, err
+	}
+	if err := scripts.CheckKey(key); err != nil {
+		return Info{}, err
+	}
+	l.env.Background.Begin()
+	info, err := scripts.Bounded(ctx, false, func(ctx context.Context) (scripts.Info, error) {
+		defer l.env.Background.End()
+		return l.backend.Inspect(ctx, key)
+	}, nil)
+	if err != nil {
+		return Info{}, scripts.Failed("inspect", key, err)
+	}
+	return infoOf(key, info), nil
 }

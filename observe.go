@@ -3,8 +3,10 @@ package redislock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
+
+	"github.com/seed5e0b76d9/redislock/internal/lease"
+	"github.com/seed5e0b76d9/redislock/internal/scripts"
 )
 
 // Hooks are called when something happens to the locks of a Locker, for
@@ -155,16 +157,19 @@ func both[E any](a, b func(context.Context, E)) func(context.Context, E) {
 	return func(ctx context.Context, e E) { a(ctx, e); b(ctx, e) }
 }
 
-// obtained reports an acquisition attempt that began at start.
-func (l *Locker) obtained(ctx context.Context, key string, set []string, start time.Time, attempts int, lk *Lock, err error) {
+// obtained reports the outcome of an acquisition of r (Hooks.Obtain).
+func (l *Locker) obtained(ctx context.Context, r *lease.Request, start time.Time, attempts int, lk *Lock, err error) {
 	h := l.opts.hooks.Obtain
 	if h == nil {
 		return
 	}
-	e := ObtainEvent{Key: key, Keys: set, Start: start, Wait: time.Since(start), Attempts: attempts, Err: err}
+	e := ObtainEvent{Key: r.Key(), Start: start, Wait: time.Since(start), Attempts: attempts, Err: err}
+	if len(r.Keys) > 1 {
+		e.Keys = r.Keys
+	}
 	switch {
 	case err == nil:
-		e.Outcome, e.Joined, e.Token, e.Fence = OutcomeAcquired, lk.joined != nil, lk.token, lk.fence
+		e.Outcome, e.Joined, e.Token, e.Fence = OutcomeAcquired, lk.joined, lk.Token(), lk.FenceOf(r.Key())
 	case errors.Is(err, ErrNotObtained):
 		e.Outcome = OutcomeNotObtained
 	default:
@@ -173,31 +178,25 @@ func (l *Locker) obtained(ctx context.Context, key string, set []string, start t
 	h(ctx, e)
 }
 
-// handedOff reports a hand-off of key to n waiters.
+// handedOff reports a hand-off of key to n waiters (Hooks.HandOff): local
+// when a Locker passed it between its own Obtains.
 func (l *Locker) handedOff(ctx context.Context, key string, local bool, n int) {
 	if h := l.opts.hooks.HandOff; h != nil && n > 0 {
 		h(ctx, HandOffEvent{Key: key, Local: local, To: n})
 	}
 }
 
-// renewed reports the outcome of a renewal of lk sent at sent.
-func (l *Locker) renewed(r *renewal, sent time.Time, hedge bool, out Outcome, err error) {
-	if h := l.opts.hooks.Renew; h != nil {
-		h(r.ctx, RenewEvent{Key: r.lk.key, Token: r.lk.token, Outcome: out, Latency: time.Since(sent), Hedge: hedge, Err: err})
-	}
-}
-
-// releasedEvent reports the end of lk's release, with Release's error.
-func (lk *Lock) releasedEvent(ctx context.Context, err error) {
-	h := lk.locker.opts.hooks.Release
+// released reports the outcome of lk's Release (Hooks.Release).
+func (l *Locker) released(ctx context.Context, lk *Lock, err error) {
+	h := l.opts.hooks.Release
 	if h == nil {
 		return
 	}
-	e := ReleaseEvent{Key: lk.key, Keys: lk.set, Token: lk.token, Held: time.Since(lk.since), Err: err, Outcome: OutcomeReleased}
+	e := ReleaseEvent{Key: lk.Key(), Keys: keysOfSet(lk.h), Token: lk.h.Token, Held: time.Since(lk.h.Since), Err: err, Outcome: OutcomeReleased}
 	switch {
 	case errors.Is(err, ErrNotHeld):
 		e.Outcome = OutcomeNotHeld
-	case isBackground(err):
+	case scripts.IsBackground(err):
 		e.Outcome = OutcomeBackground
 	case err != nil:
 		e.Outcome = OutcomeError
@@ -205,14 +204,37 @@ func (lk *Lock) releasedEvent(ctx context.Context, err error) {
 	h(ctx, e)
 }
 
-// errBackground marks the errors of a Release that goes on in the
-// background.
-var errBackground = errors.New("goes on in the background")
-
-// goesOn returns the error of a release of key that goes on in the
-// goesOn because of err (ctx's end).
-func goesOn(key string, err error) error {
-	return fmt.Errorf("redislock: release %s %w: %w", quoteKey(key), errBackground, err)
+// keysOfSet is the Keys of an event: a set's keys, nil for one key.
+func keysOfSet(h *lease.Hold) []string {
+	if len(h.Keys) > 1 {
+		return h.Keys
+	}
+	return nil
 }
 
-func isBackground(err error) bool { return errors.Is(err, errBackground) }
+// events are what the lease layer reports to a Locker's hooks (see
+// lease.Events).
+type events struct{ l *Locker }
+
+func (e events) Lost(ctx context.Context, h *lease.Hold, why error) {
+	if f := e.l.opts.hooks.Lost; f != nil {
+		f(ctx, LostEvent{Key: h.Keys[0], Keys: keysOfSet(h), Token: h.Token, Held: time.Since(h.Since), Err: why})
+	}
+}
+
+func (e events) Renewed(ctx context.Context, h *lease.Hold, sent time.Time, hedge bool, r lease.Reply) {
+	f := e.l.opts.hooks.Renew
+	if f == nil {
+		return
+	}
+	out := OutcomeLost
+	switch {
+	case r.Err != nil:
+		out = OutcomeError
+	case r.Code == scripts.ReplyOK:
+		out = OutcomeRenewed
+	case r.Code == scripts.ReplySuperseded:
+		out = OutcomeSuperseded
+	}
+	f(ctx, RenewEvent{Key: h.Keys[0], Token: h.Token, Outcome: out, Latency: time.Since(sent), Hedge: hedge, Err: r.Err})
+}

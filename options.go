@@ -2,10 +2,14 @@ package redislock
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/seed5e0b76d9/redislock/internal/lease"
+	"github.com/seed5e0b76d9/redislock/internal/scripts"
 )
 
 // An Option configures a Locker (when given to New or NewQuorum) or a single
@@ -22,23 +26,21 @@ type Option func(*options)
 
 // options is the resolved configuration of a Locker or of one call.
 type options struct {
-	ttl        time.Duration // lease length for WithLock
-	wait       time.Duration // how long Obtain waits; < 0: until ctx is done
-	minBackoff time.Duration // first retry delay of Obtain
-	maxBackoff time.Duration // largest retry delay of Obtain
-	fencing    bool          // issue fencing tokens on acquire
-	mode       lockMode      // exclusive, shared (WithShared) or a permit (WithPermits)
-	safety     time.Duration // see WithSafetyMargin
-	hooks      Hooks         // see WithHooks
-	replicas   replicas      // see WithReplicas
-	holder     string        // see WithHolder
-	namespace  string        // see WithNamespace
-	set        []string      // a set's keys (ObtainMulti), nil for one key
-	multi      bool          // a call of ObtainMulti, TryObtainMulti or WithLockMulti, of one key too (see setOf)
-	modeSet    bool          // WithShared, WithPermits or WithExclusive came in this apply (see apply)
-	ttlSet     bool          // WithTTL came in this apply
-	call       bool          // the options are a call's (see lockerOnly)
-	err        error         // first invalid option, reported by calls
+	ttl        time.Duration    // lease length for WithLock
+	wait       time.Duration    // how long Obtain waits; < 0: until ctx is done
+	minBackoff time.Duration    // first retry delay of Obtain
+	maxBackoff time.Duration    // largest retry delay of Obtain
+	fencing    bool             // issue fencing tokens on acquire
+	mode       scripts.Mode     // exclusive, shared (WithShared) or a permit (WithPermits)
+	safety     time.Duration    // see WithSafetyMargin
+	hooks      Hooks            // see WithHooks
+	replicas   scripts.Replicas // see WithReplicas
+	holder     string           // see WithHolder
+	namespace  string           // see WithNamespace
+	modeSet    bool             // WithShared, WithPermits or WithExclusive came in this apply (see apply)
+	ttlSet     bool             // WithTTL came in this apply
+	call       bool             // the options are a call's (see lockerOnly)
+	err        error            // first invalid option, reported by calls
 }
 
 // Defaults used when no Option says otherwise.
@@ -218,4 +220,102 @@ func WithNamespace(prefix string) Option {
 		}
 		o.namespace = prefix
 	}
+}
+
+// WithShared makes an acquisition shared: the reader of a read-write lock.
+// Any number of shared holders may hold a key at once, each with its own
+// lease, token and fence; an ordinary (exclusive) holder of the same key is
+// the writer, and holds it alone. A writer that waits stops new readers from
+// taking the key (they line up behind it), so writers are not starved; when
+// the writer releases, the key goes to every reader in line up to the next
+// writer. Release, Refresh, TTL and KeepAlive work on a shared lock as on
+// any other, for its holder alone: a reader that dies frees its share at
+// the end of its own lease. Given to New, it makes every call of the
+// Locker a reader's, unless the call names another mode (WithExclusive,
+// WithPermits). A call names at most one mode.
+func WithShared() Option {
+	return func(o *options) { o.setMode(scripts.Mode{Shared: true}, "WithShared") }
+}
+
+// WithExclusive makes an acquisition exclusive: the default mode, a plain
+// lock or the writer of a read-write lock. Give it to a call of a Locker
+// made with WithShared or WithPermits to take an exclusive lock with it.
+func WithExclusive() Option {
+	return func(o *options) { o.setMode(scripts.Mode{}, "WithExclusive") }
+}
+
+// setMode sets the mode m, named name, unless another came in this apply.
+func (o *options) setMode(m scripts.Mode, name string) {
+	if o.modeSet && o.mode != m {
+		o.invalid(ErrInvalidOption, "%s with another mode (WithShared, WithPermits, WithExclusive): a call names one", name)
+		return
+	}
+	o.mode, o.modeSet = m, true
+}
+
+// WithPermits makes the key a semaphore of n permits: at most n holders at
+// once, each with its own lease, token and fence, renewed and lost-signalled
+// like any lock (KeepAlive), and a holder that dies frees its permit at the
+// end of its own lease. Waiters get permits in the order they came. Every
+// acquisition of a key must name the same n: while a semaphore has holders
+// or waiters, an acquisition with another n fails with an error wrapping
+// ErrInvalidOption, and changes nothing. A key is a semaphore's or a
+// lock's: an exclusive or shared lock on a semaphore's key fails with
+// ErrWrongKind, and so do permits asked for on a key that a lock's holders
+// (readers too) or waiters use. n must be at least 1.
+func WithPermits(n int) Option {
+	return func(o *options) {
+		if n < 1 {
+			o.invalid(ErrInvalidOption, "WithPermits(%d): need at least 1 permit", n)
+			return
+		}
+		o.setMode(scripts.Mode{Permits: n}, "WithPermits")
+	}
+}
+
+// WithReplicas makes every write that gives or extends a lease wait until n
+// replicas of the primary acknowledged it (Redis's WAIT), at most timeout:
+// the acquisition (Obtain, TryObtain, WithLock), Refresh, and each renewal
+// of KeepAlive. A write not acknowledged in time does not count: an
+// acquisition releases the lock and returns ErrNotReplicated, a Refresh
+// returns ErrNotReplicated, a renewal is retried (see ErrNotReplicated).
+//
+// So a lock survives the failover of its primary to any replica that
+// acknowledged it: with n equal to the number of replicas, to any replica
+// Sentinel or Cluster may promote. WAIT does not make Redis strongly
+// consistent: a replica that acknowledged may lose the write when it
+// restarts without persistence, and a failover may promote a replica that
+// did not acknowledge (when n is lower than the number of replicas). Each
+// acquisition costs the time the replicas take to acknowledge (about one
+// round trip from the primary to them), and on a contended key one round
+// trip more (see docs/fault-tolerance.md). A lock handed over or
+// passed to a waiting Obtain is refreshed and acknowledged before Obtain
+// returns it.
+//
+// n = 0 turns replica acknowledgement off (for a single call on a Locker
+// that has it). It requires n >= 0 and, for n > 0, 1ms <= timeout <=
+// ReadTimeout - max(200ms, ReadTimeout/10) of the client (4.5s with
+// go-redis's default ReadTimeout of 5s): the reply to a WAIT that timed
+// out comes after timeout, up to 100ms later (Redis notices at its next
+// tick), and must come before go-redis stops reading. Not for a quorum Locker (NewQuorum),
+// whose nodes are masters.
+func WithReplicas(n int, timeout time.Duration) Option {
+	return func(o *options) {
+		if n < 0 || (n > 0 && timeout < time.Millisecond) {
+			o.invalid(ErrInvalidOption, "WithReplicas(%d, %v): need n >= 0 and a timeout of at least 1ms", n, timeout)
+			return
+		}
+		o.replicas = scripts.Replicas{N: n, Timeout: timeout.Truncate(time.Millisecond)}
+	}
+}
+
+// request returns the acquisition that a call with options o makes of keys
+// for ttl: the one value every layer below takes (see lease.Request).
+func (o *options) request(keys []string, ttl time.Duration, set bool) lease.Request {
+	r := lease.Request{Keys: keys, Set: set, Mode: o.mode, TTL: ttl.Truncate(time.Millisecond), Fenced: o.fencing, Holder: o.holder,
+		Replicas: o.replicas, Try: o.wait == 0, Wait: max(o.wait, 0), MinBackoff: o.minBackoff, MaxBackoff: o.maxBackoff}
+	if set {
+		r.Keys = slices.Clip(append([]string{}, keys...)) // the caller's slice is the caller's
+	}
+	return r
 }

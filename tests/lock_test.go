@@ -447,10 +447,32 @@ func TestRelease_LostLockIsNotPassed(t *testing.T) {
 	require.NoError(t, r.lock.Release(ctx))
 }
 
-// A Release whose reply is lost after Redis ran it (go-redis sends it again,
-// and the second run finds the key gone) reports success: the release mark
-// tells the second run that the first released the lock.
+// A Release whose reply came after the client's ReadTimeout (go-redis sent
+// it again on another connection; here Redis was frozen, and ran both
+// copies when it thawed: the second found the key gone) reports success:
+// a release that may have run twice, and finds the key gone before its
+// lease could have run out, released it.
 func TestRelease_LostReplyIsSuccess(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t, func(o *redis.Options) { o.ReadTimeout, o.MaxRetries = 300*time.Millisecond, 2 })
+	direct, _ := b.client(t)
+	loadScripts(t, rdb)
+	lk, err := redislock.New(rdb).Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	b.srv.Freeze(t)
+	thawed := time.AfterFunc(450*time.Millisecond, func() { b.srv.Thaw(t) })
+	defer thawed.Stop()
+	require.NoError(t, lk.Release(ctx), "the release ran; its reply was lost")
+	assert.Equal(t, int64(0), direct.Exists(ctx, "k").Val())
+}
+
+// A Release whose reply was lost on a reset connection (Redis ran it, and
+// go-redis sent it again at once: the second run finds the key gone) cannot
+// be told from a lock that Redis lost before its lease's end: it returns
+// ErrNotHeld saying that an earlier run may have released it
+// (docs/guarantees.md says what go-redis lets the library see).
+func TestRelease_LostReplyOnAResetIsNotHeld(t *testing.T) {
 	b := realBackend(t)
 	ctx := ctxT(t, 10*time.Second)
 	proxy := faultproxy.New(t, b.addr)
@@ -461,7 +483,9 @@ func TestRelease_LostReplyIsSuccess(t *testing.T) {
 	lk, err := redislock.New(rdb).Obtain(ctx, "k", time.Minute)
 	require.NoError(t, err)
 	proxy.DropNextReply(faultproxy.MatchCommand("evalsha"))
-	require.NoError(t, lk.Release(ctx), "the release ran; its reply was lost")
+	err = lk.Release(ctx)
+	require.ErrorIs(t, err, redislock.ErrNotHeld)
+	assert.Contains(t, err.Error(), "an earlier run of this release")
 	assert.Equal(t, int64(0), direct.Exists(ctx, "k").Val())
 }
 
@@ -816,12 +840,15 @@ func TestRelease_LateCopyOfTheAcquireTakesNothing(t *testing.T) {
 	assert.Zero(t, checker.Exists(ctx, "k").Val(), "the late copy took the key for a released token")
 }
 
-// A release whose reply is lost (go-redis sends it again; the second run
-// finds the release mark) still tells the releasing Locker's own waiter
-// that the key was handed to it: the mark keeps the first run's hand-offs.
-// The first in line (an Obtain of the releasing Locker, ttl 1 s) is
-// served before the second (another Locker's), at once: well before its
-// place's next renewal (333 ms) could have found the hand-off.
+// A release whose reply is lost on a reset connection (go-redis sends it
+// again; the second run finds the key handed on) still tells the releasing
+// Locker's own waiter that the key was handed to it: a release that finds
+// the key not held makes the Locker's waiters for it ask Redis. The first
+// in line (an Obtain of the releasing Locker, ttl 1 s) is served before the
+// second (another Locker's), at once: well before its place's next renewal
+// (333 ms) could have found the hand-off. The release itself cannot be
+// told from a lost lock: ErrNotHeld, saying an earlier run may have
+// released it.
 func TestRelease_LostReplyKeepsItsHandOffs(t *testing.T) {
 	b := realBackend(t)
 	ctx := ctxT(t, 20*time.Second)
@@ -839,7 +866,9 @@ func TestRelease_LostReplyKeepsItsHandOffs(t *testing.T) {
 	waitQueued(t, direct, "k", 2)
 
 	proxy.DropNextReply(func(req []byte) bool { return sentScript(releaseScript, "")(req) })
-	require.NoError(t, held.Release(ctx), "go-redis sent the release again; its mark says it ran")
+	err = held.Release(ctx)
+	require.ErrorIs(t, err, redislock.ErrNotHeld, "go-redis sent the release again: the key was handed on by its first run")
+	assert.Contains(t, err.Error(), "an earlier run of this release")
 	released := time.Now()
 	select {
 	case r := <-first:

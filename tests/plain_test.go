@@ -78,8 +78,8 @@ func TestPlain_ShortPathToRedis(t *testing.T) {
 		var ours []runtime.Frame
 		for {
 			f, more := frames.Next()
-			if pkg, _, _ := strings.Cut(strings.TrimPrefix(f.Function, "github.com/seed5e0b76d9/"), "."); pkg == "redislock" {
-				ours = append(ours, f)
+			if pkg, _, _ := strings.Cut(strings.TrimPrefix(f.Function, "github.com/seed5e0b76d9/"), "."); pkg == "redislock" || strings.HasPrefix(pkg, "redislock/internal/") {
+				ours = append(ours, f) // the library's packages: the root and its layers
 			}
 			if !more {
 				break
@@ -179,23 +179,27 @@ func TestPlain_NothingLeftBehind(t *testing.T) {
 	}
 }
 
-// A plain lock whose acquire go-redis sent twice (its reply was lost on a
-// reset connection) is recognized when it is released: the release marks
-// its token spent, the exception to "nothing left behind", since the first
-// copy may still run; a lock whose acquire went once leaves no mark.
+// A plain lock whose acquire go-redis may have sent twice with its first
+// copy still to run (the reply took longer than the client's ReadTimeout:
+// go-redis gave up on the first connection and sent it again on another;
+// here Redis was frozen meanwhile, and ran both copies when it thawed) is
+// recognized when it is released: the release marks its token spent, the
+// exception to "nothing left behind", since a late copy may still run; a
+// lock whose acquire was answered in time leaves no mark.
 func TestPlain_ResentAcquireMarksItsTokenAtRelease(t *testing.T) {
 	b := realBackend(t)
 	ctx := ctxT(t, 10*time.Second)
-	proxy := faultproxy.New(t, b.addr)
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()}) // go-redis sends it again
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb, _ := b.client(t, func(o *redis.Options) { o.ReadTimeout, o.MaxRetries = 300*time.Millisecond, 2 })
 	direct, _ := b.client(t)
 	loadScripts(t, rdb)
 	locker := redislock.New(rdb)
 
-	proxy.DropNextReply(sentScript(takeScript, ""))
+	require.NoError(t, rdb.Ping(ctx).Err()) // a connection: the try, not its dial, times out
+	b.srv.Freeze(t)
+	thawed := time.AfterFunc(450*time.Millisecond, func() { b.srv.Thaw(t) }) // after the first try timed out, before the second does
+	defer thawed.Stop()
 	lk, err := locker.Obtain(ctx, "k", time.Minute)
-	require.NoError(t, err, "the second copy found the key held by its token")
+	require.NoError(t, err, "a copy found the key free, or held by its token")
 	require.NoError(t, lk.Release(ctx))
 	assert.Equal(t, int64(1), direct.Exists(ctx, sideKey("k", "spent:"+lk.Token())).Val(), "the resent token is spent")
 
@@ -203,6 +207,25 @@ func TestPlain_ResentAcquireMarksItsTokenAtRelease(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, lk.Release(ctx))
 	assert.Zero(t, direct.Exists(ctx, sideKey("other", "spent:"+lk.Token())).Val(), "a mark without a resend")
+}
+
+// A plain lock whose acquire's reply was lost on a reset connection (Redis
+// ran it; go-redis sent it again at once, and the second copy found the key
+// held by its token) leaves no mark when it is released: the first copy ran
+// before the reset, so no copy can run late.
+func TestPlain_ResetAcquireLeavesNoMark(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	proxy := faultproxy.New(t, b.addr)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()}) // go-redis sends it again
+	t.Cleanup(func() { _ = rdb.Close() })
+	direct, _ := b.client(t)
+	loadScripts(t, rdb)
+	proxy.DropNextReply(sentScript(takeScript, ""))
+	lk, err := redislock.New(rdb).Obtain(ctx, "k", time.Minute)
+	require.NoError(t, err, "the second copy found the key held by its token")
+	require.NoError(t, lk.Release(ctx))
+	assert.Empty(t, direct.Keys(ctx, "*").Val(), "nothing left behind")
 }
 
 // A plain lock works on go-redis's auto-pipelining client: locks are taken

@@ -47,7 +47,7 @@ const (
 // scriptTexts maps the text of each of the library's scripts, and the SHA1
 // of that text (lower-case hex, as EVALSHA takes it), to its name.
 var scriptTexts = sync.OnceValues(func() (map[string]script, error) {
-	dir := filepath.Join("..", "lua")
+	dir := filepath.Join("..", "internal", "scripts", "lua")
 	read := func(name string) (string, error) {
 		b, err := os.ReadFile(filepath.Join(dir, name+".lua"))
 		return string(b), err

@@ -1,22 +1,22 @@
-package redislock
+package scripts
 
 import (
 	"strings"
 	"testing"
 )
 
-func TestSlot(t *testing.T) {
+func TestLayout_Slot(t *testing.T) {
 	// Values from the Redis Cluster specification and CLUSTER KEYSLOT.
 	for key, want := range map[string]uint16{"123456789": 0x31C3 % 16384, "foo": 12182, "bar": 5061, "": 0} {
-		if got := slot(key); got != want {
-			t.Errorf("slot(%q) = %d, want %d", key, got, want)
+		if got := Slot(key); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
 		}
 	}
 }
 
 // A side key is named by the lock key's hash tag, the layout, its kind and
 // the lock key, and is in the lock key's Cluster slot.
-func TestSideKey(t *testing.T) {
+func TestLayout_SideKey(t *testing.T) {
 	for key, want := range map[string]string{
 		"order:42":       "{order:42}:rl1:line:order:42",
 		"{user:1}:cart":  "{user:1}:rl1:line:{user:1}:cart",
@@ -41,31 +41,31 @@ func TestSideKey(t *testing.T) {
 // A namespace starts every key and channel, and keeps side keys and the
 // fence counter in the lock key's slot.
 func TestKeyspace_Namespace(t *testing.T) {
-	ks := keyspace{ns: "app:"}
-	rkey := ks.lock("order:42")
-	for _, name := range []string{rkey, ks.side(rkey, "order:42", lineKind), ks.fence(rkey), ks.wake("id", rkey, false), ks.wake("id", rkey, true)} {
+	ks := Keyspace{NS: "app:"}
+	rkey := ks.Lock("order:42")
+	for _, name := range []string{rkey, ks.Side("order:42", lineKind), ks.Fence("order:42"), ks.Wake("id", "order:42", false).Channel, ks.Wake("id", "order:42", true).Channel} {
 		if !strings.HasPrefix(name, "app:") {
 			t.Errorf("%q is outside the namespace", name)
 		}
 	}
-	for _, name := range []string{ks.side(rkey, "order:42", lineKind), ks.fence(rkey), ks.wake("id", rkey, true)} {
-		if slot(hashPart(name)) != slot(hashPart(rkey)) {
+	for _, name := range []string{ks.Side("order:42", lineKind), ks.Fence("order:42"), ks.Wake("id", "order:42", true).Channel} {
+		if Slot(HashPart(name)) != Slot(HashPart(rkey)) {
 			t.Errorf("%q is not in the lock key's slot", name)
 		}
 	}
 }
 
 // slotTag finds a tag for every slot.
-func TestSlotTag(t *testing.T) {
+func TestLayout_SlotTag(t *testing.T) {
 	for s := uint16(0); s < 16384; s++ {
-		if tag := slotTag(s); slot(tag) != s || strings.ContainsAny(tag, "{}") {
+		if tag := slotTag(s); Slot(tag) != s || strings.ContainsAny(tag, "{}") {
 			t.Fatalf("slotTag(%d) = %q", s, tag)
 		}
 	}
 }
 
 // sideKey is a side key of the lock on key, without a namespace.
-func sideKey(key, kind string) string { return keyspace{}.side(key, key, kind) }
+func sideKey(key, kind string) string { return Keyspace{}.Side(key, kind) }
 
 // FuzzSideKey checks that side keys are always in the lock key's hash slot
 // and belong to one lock key each, whatever the key.
@@ -90,7 +90,7 @@ func checkSideKey(t *testing.T, key, kind, sk string) {
 	if !strings.HasSuffix(sk, "}:rl1:"+kind+":"+key) {
 		t.Errorf("sideKey(%q) = %q: not a %s key of it", key, sk, kind)
 	}
-	if a, b := slot(hashPart(key)), slot(hashPart(sk)); a != b {
+	if a, b := Slot(HashPart(key)), Slot(HashPart(sk)); a != b {
 		t.Errorf("sideKey(%q) = %q: slot %d, lock key slot %d", key, sk, b, a)
 	}
 }

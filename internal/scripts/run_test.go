@@ -1,4 +1,4 @@
-package redislock
+package scripts
 
 import (
 	"bytes"
@@ -57,7 +57,7 @@ func waitNoWorker(t *testing.T) {
 	for {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
-		if !bytes.Contains(buf, []byte("redislock.work(")) {
+		if !bytes.Contains(buf, []byte("scripts.work(")) {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -1,4 +1,4 @@
-package redislock
+package scripts
 
 import (
 	"context"
@@ -12,19 +12,19 @@ import (
 // gives it the key. So a copy of a renewal that go-redis sent again, and
 // that runs after the hand-off's lease ran out, takes nothing: it finds no
 // place, and the key stays free.
-func TestLine_RenewalNeverTakesAFreeKey(t *testing.T) {
+func TestAcquire_RenewalNeverTakesAFreeKey(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l := New(rdb)
-	res, err := runAttempt(ctx, l.client, l.keys, attemptArgs{key: "k", token: "a-token-with-no-place", ttl: time.Minute, place: placeLease, renew: true, wake: l.wakeFor("k")})
+	r := NewRedis(rdb, "")
+	res, err := r.Attempt(ctx, AttemptArgs{Keys: []string{"k"}, Token: "a-token-with-no-place", TTL: time.Minute, Place: time.Second, Renew: true, Wake: r.Keys.Wake("id", "k", false)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.ours {
+	if res.Ours {
 		t.Error("the renewal holds the key")
 	}
-	if !res.noPlace {
+	if !res.NoPlace {
 		t.Error("the renewal found a place")
 	}
 	if n := rdb.Exists(ctx, "k").Val(); n != 0 {

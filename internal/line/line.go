@@ -1,19 +1,5 @@
-package redislock
-
-import (
-	"context"
-	"errors"
-	"fmt"
-	mathrand "math/rand/v2"
-	"slices"
-	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/redis/go-redis/v9"
-)
-
-// How a Locker waits for a key that another holder has: the line.
+// Package line is the layer of redislock that waits: how a Locker waits
+// for a key that another holder has.
 //
 // Each Locker keeps, per key it waits for, one line: its Obtains, first come
 // first served. The line has at most one place in the key's queue in Redis,
@@ -53,7 +39,7 @@ import (
 //   - Nothing is orphaned. A line whose waiters all gave up withdraws its
 //     place at once, or releases the key if it was handed it (which hands
 //     it on). If a command carrying its token may still run (one is in
-//     flight, or go-redis sent one twice: see counted), the withdrawal
+//     flight, or go-redis may have sent one twice: see scripts.Timing.MayResend), the withdrawal
 //     also marks the token spent, and a spent token's attempts take nothing
 //     (see spend.lua), so that no late command puts the place back. A
 //     waiter that dies (killed, or gone without Shutdown) keeps its place
@@ -82,7 +68,22 @@ import (
 // was long ago, or it woke late), or that wants another lease or a fence
 // than the place asked for (the first waiter of the line changed), claims
 // it before its Obtain returns: a renewal, the lease then measured from
-// when it was sent (see Locker.claim).
+// when it was sent (see lease.Hold.Claim).
+package line
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mathrand "math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/seed5e0b76d9/redislock/internal/lease"
+	"github.com/seed5e0b76d9/redislock/internal/scripts"
+)
+
 const (
 	// placeLease is how long a place in line is kept after the command that
 	// took or renewed it: how long a dead waiter can hold up a line.
@@ -97,28 +98,31 @@ const (
 	// keeps others' waits short when critical sections are long.
 	maxPasses = 16
 	passSlice = 10 * time.Millisecond
-	// noAnswer is how long an attempt may go unanswered before a wait that
-	// ends is put down to Redis (it did not answer) rather than to the
-	// holder, on a link whose round trips take less than half of it (see
-	// Locker.silence): a healthy Redis answers in well under a millisecond,
-	// and a wrong "Redis failed" only makes a caller retry, while a wrong
-	// "held by another owner" may make it skip work.
-	noAnswer = 100 * time.Millisecond
 )
 
 // errNoAnswer is the error of a wait that no attempt of its line answered.
 var errNoAnswer = errors.New("Redis did not answer")
 
-// lines are the lines of one Locker, by key. One mutex guards every line,
-// every waiter's outcome and the subscriptions. Lock order: lines.mu before
-// any Lock.mu, never after.
-type lines struct {
+// Lines are the lines of one Locker on one deployment, by key. One mutex
+// guards every line, every waiter's outcome and the subscriptions. Lock
+// order: Lines.mu before any hold's, never after.
+type Lines struct {
+	r   *scripts.Redis
+	env *lease.Env
+	id  string // names the Locker's wake channels and its places in line
+
 	mu           sync.Mutex
 	byKey        map[string]*line         // the lines of exclusive waiters
-	byToken      map[string]*line         // the lines of one shared or permit waiter each
+	byToken      map[string]*line         // the lines of one shared, permit or set waiter each
 	subs         map[string]*subscription // by channel: started when a line takes a place; retires when idle
 	started      []*subscription          // those started, retired or not, that may not have ended
 	shuttingDown bool                     // Shutdown waits: subscriptions retire once idle, without lingering
+}
+
+// New returns the lines of a Locker, whose id names its wake channels, on
+// the deployment r; the holds they get share env.
+func New(r *scripts.Redis, env *lease.Env, id string) *Lines {
+	return &Lines{r: r, env: env, id: id}
 }
 
 // placeState is what a line knows of its place in Redis.
@@ -134,12 +138,13 @@ const (
 // It lives while it has waiters, or a hold that it may pass on.
 type line struct {
 	key     string
-	mode    lockMode  // the mode its waiters want the key in
-	wake    wakeup    // where hand-offs to its places are announced
-	own     bool      // a line of one waiter: a shared, permit or set waiter (see lines.enter)
-	set     []string  // a set waiter's keys (key the first), nil for other lines
-	waiters []*waiter // first in line first
-	token   string    // the line's place, and the key's value once handed to it
+	keys    []string       // the keys it waits for: key, or a set's (one slot's)
+	mode    scripts.Mode   // the mode its waiters want the key in
+	wake    scripts.Wakeup // where hand-offs to its places are announced
+	own     bool           // a line of one waiter: a shared, permit or set waiter (see Lines.enter)
+	fixed   string         // the token it must use (a part of a set across slots), or ""
+	waiters []*waiter      // first in line first
+	token   string         // the line's place, and the key's value once handed to it
 
 	place        placeState
 	placeSent    bool                   // an attempt to take a place with token was sent: later ones renew it
@@ -148,19 +153,19 @@ type line struct {
 	holdEnd      time.Time              // when the holder's lease ends, as the latest reply said; zero: unknown
 	blockedFor   time.Duration          // the holder's lease left, as the latest reply said (see blockedFor)
 	check        bool                   // a hand-off may have gone unheard: the head asks Redis
-	handed       *handoff               // the key was handed to token; applied once the place is confirmed
+	handed       *scripts.Handoff       // the key was handed to token; applied once the place is confirmed
 	inflight     int                    // attempts carrying token that have not returned
 	sent         time.Time              // when the latest attempt was sent
 	firstSent    time.Time              // when token's first attempt (which took its place) was sent
-	firstAttempt *firstAttempt          // token's first attempt
+	firstAttempt *lease.FirstAttempt    // token's first attempt
 	pending      map[string]*time.Timer // given-up tokens whose withdrawal waits for their first attempt's reply
 	asked        time.Time              // when the first attempt sent since the latest reply was sent; zero: none
 	heard        time.Time              // when the latest reply came (of any token of the line)
-	placedc      chan struct{}          // closed when a reply for token comes, or the line leaves it (see placing)
+	placedc      chan struct{}          // closed when a reply for token comes, or the line leaves it (see Lines.Placing)
 	gaveUp       string                 // the latest token whose place the line gave up (see replaceToken)
 	lastErr      error                  // the error of the latest attempt; nil when it found the key held
 
-	hold   *Lock       // this Locker's lock on the key, got through the line
+	hold   *lease.Hold // this Locker's hold of the key, got through the line
 	passes int         // passes left for hold
 	round  time.Time   // when the hold was got from Redis
 	expiry *time.Timer // drops a line kept for its hold alone when the hold's lease ends
@@ -170,22 +175,17 @@ type line struct {
 
 // A waiter is one Obtain in a line.
 type waiter struct {
-	ttl      time.Duration
-	fenced   bool
+	req      *lease.Request
 	deadline time.Time     // when its Obtain ends; zero: no deadline
 	wake     chan struct{} // something changed for the waiter
-	min, max time.Duration // the bounds of its backoff (WithBackoff)
 	poll     time.Duration // next polling (or retry) delay, while it is the head
 	retryAt  time.Time     // after a failed attempt: not before then
 
-	// set once, under lines.mu
-	lock  *Lock // the lock, handed or passed to the waiter
-	claim bool  // lock must be claimed before it is returned
-	err   error // the line failed the waiter
+	// set once, under Lines.mu
+	hold  *lease.Hold // the hold, handed or passed to the waiter
+	claim bool        // hold must be claimed before it is returned
+	err   error       // the line failed the waiter
 }
-
-// keys returns the keys ln waits for.
-func (ln *line) keys() []string { return keysOf(ln.key, ln.set) }
 
 func (w *waiter) poke() {
 	select {
@@ -194,67 +194,68 @@ func (w *waiter) poke() {
 	}
 }
 
-// enter puts a waiter for key, whose Obtain ends at deadline (zero: none),
+// enter puts a waiter for r, whose Obtain ends at deadline (zero: none),
 // at the end of its line. Exclusive waiters of a Locker share a line per
-// key; a shared or permit waiter has a line of its own, since each holder
-// has its own token in Redis (and passes are only between exclusive
-// waiters). A line that nobody waits in has no place in Redis (see
-// update): a waiter that comes back later is in line behind those that
+// key; a shared, permit or set waiter has a line of its own, since each
+// holder has its own token in Redis (and passes are only between exclusive
+// waiters of one key). A line that nobody waits in has no place in Redis
+// (see update): a waiter that comes back later is in line behind those that
 // came meanwhile.
-func (ls *lines) enter(key string, wake wakeup, ttl time.Duration, deadline time.Time, o *options) (*line, *waiter) {
-	w := &waiter{ttl: ttl, fenced: o.fencing, deadline: deadline, wake: make(chan struct{}, 1), min: o.minBackoff, max: o.maxBackoff, poll: o.minBackoff}
+func (ls *Lines) enter(r *lease.Request, deadline time.Time) (*line, *waiter) {
+	w := &waiter{req: r, deadline: deadline, wake: make(chan struct{}, 1), poll: r.MinBackoff}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ls.shuttingDown = false
 	var ln *line
-	if o.mode.exclusive() && o.set == nil {
-		ln = ls.lineFor(key, wake)
+	if r.Mode.Exclusive() && len(r.Keys) == 1 && r.Token == "" {
+		ln = ls.lineFor(r.Key())
 	} else {
-		ln = ls.ownLine(key, o.set, wake, o.mode)
+		ln = ls.ownLine(r.Keys, r.Mode, r.Token)
 	}
 	ln.waiters = append(ln.waiters, w)
 	return ln, w
 }
 
-// ownLine makes the line of one shared, permit or set waiter.
-func (ls *lines) ownLine(key string, set []string, wake wakeup, m lockMode) *line {
-	ln := &line{key: key, set: set, mode: m, wake: wake, own: true, lastErr: errNoAnswer}
+// ownLine makes the line of one shared, permit or set waiter, with token
+// when it must use that one.
+func (ls *Lines) ownLine(keys []string, m scripts.Mode, token string) *line {
+	ln := &line{key: keys[0], keys: keys, mode: m, wake: ls.r.Keys.Wake(ls.id, keys[0], ls.r.Sharded), own: true, fixed: token, lastErr: errNoAnswer}
 	ls.freshToken(ln)
 	return ln
 }
 
 // reenter puts w, whose lock was lost before it could claim it, back at the
-// front of its line (a new line, for a shared or permit waiter).
-func (ls *lines) reenter(ln *line, w *waiter) *line {
+// front of its line (a new line, for a shared, permit or set waiter).
+func (ls *Lines) reenter(ln *line, w *waiter) *line {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	w.lock, w.claim = nil, false
+	w.hold, w.claim = nil, false
 	if ln.own {
-		ln = ls.ownLine(ln.key, ln.set, ln.wake, ln.mode)
+		ln = ls.ownLine(ln.keys, ln.mode, ln.fixed)
 	} else {
-		ln = ls.lineFor(ln.key, ln.wake)
+		ln = ls.lineFor(ln.key)
 	}
 	ln.waiters = append([]*waiter{w}, ln.waiters...)
 	return ln
 }
 
 // lineFor returns key's line, making it if there is none.
-func (ls *lines) lineFor(key string, wake wakeup) *line {
+func (ls *Lines) lineFor(key string) *line {
 	ln := ls.byKey[key]
 	if ln == nil {
 		if ls.byKey == nil {
 			ls.byKey = make(map[string]*line)
 		}
-		ln = &line{key: key, wake: wake, lastErr: errNoAnswer}
+		ln = &line{key: key, keys: []string{key}, wake: ls.r.Keys.Wake(ls.id, key, ls.r.Sharded), lastErr: errNoAnswer}
 		ls.freshToken(ln)
 		ls.byKey[key] = ln
 	}
 	return ln
 }
 
-// busy reports whether the Locker waits for one of keys or holds it
+// Busy reports whether the Locker waits for one of keys or holds it
 // through its line: a TryObtain then fails at once.
-func (ls *lines) busy(keys ...string) bool {
+func (ls *Lines) Busy(keys []string) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	for _, key := range keys {
@@ -265,39 +266,32 @@ func (ls *lines) busy(keys ...string) bool {
 	return false
 }
 
-// hasHold reports whether ln's hold still has a lease.
-func hasHold(ln *line) bool {
-	if ln.hold == nil {
-		return false
-	}
-	ln.hold.mu.Lock()
-	defer ln.hold.mu.Unlock()
-	return !ln.hold.released && time.Until(ln.hold.heldUntil()) > 0
-}
+// hasHold reports whether ln's hold is still held, with a lease.
+func hasHold(ln *line) bool { return ln.hold != nil && ln.hold.Passable() }
 
-// step is what a waiter does next (see lines.next).
+// step is what a waiter does next (see Lines.next).
 type step struct {
-	lock    *Lock        // the lock is the waiter's (after a claim if claim)
-	claim   bool         //
-	err     error        // the line failed the waiter
-	attempt *attemptArgs // the head sends this attempt for the line
+	hold    *lease.Hold          // the hold is the waiter's (after a claim if claim)
+	claim   bool                 //
+	err     error                // the line failed the waiter
+	attempt *scripts.AttemptArgs // the head sends this attempt for the line
 	wait    time.Duration
 }
 
-// next says what w does next: take its lock, send an attempt for the line,
+// next says what w does next: take its hold, send an attempt for the line,
 // or wait until woken or for step.wait (0: until woken).
-func (ls *lines) next(l *Locker, ln *line, w *waiter) step {
+func (ls *Lines) next(ln *line, w *waiter) step {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	switch {
-	case w.lock != nil:
-		return step{lock: w.lock, claim: w.claim}
+	case w.hold != nil:
+		return step{hold: w.hold, claim: w.claim}
 	case w.err != nil:
 		return step{err: w.err}
 	case ln.waiters[0] != w:
 		return step{}
 	case ln.inflight > 0:
-		return ls.hedge(l, ln, w)
+		return ls.hedge(ln, w)
 	}
 	now := time.Now()
 	due := now
@@ -309,7 +303,7 @@ func (ls *lines) next(l *Locker, ln *line, w *waiter) step {
 		if poll := ln.base.Add(w.poll); !ls.armedFor(ln) && poll.Before(due) {
 			due = poll
 		}
-		if look := lastLook(ln, l.silence()); !look.IsZero() && look.Before(due) {
+		if look := lastLook(ln, ls.r.Silence()); !look.IsZero() && look.Before(due) {
 			due = look
 		}
 	}
@@ -320,10 +314,10 @@ func (ls *lines) next(l *Locker, ln *line, w *waiter) step {
 		return step{wait: due.Sub(now)}
 	}
 	if !ls.armedFor(ln) {
-		w.poll = nextBackoff(w.poll, w.min, w.max)
+		w.poll = NextBackoff(w.poll, w.req.MinBackoff, w.req.MaxBackoff)
 	}
 	ln.check = false
-	return step{attempt: ls.send(l, ln, w, now)}
+	return step{attempt: ls.send(ln, w, now)}
 }
 
 // lastLook is when the head asks Redis once more before the first of its
@@ -346,22 +340,22 @@ func lastLook(ln *line, silence time.Duration) time.Time {
 // hedge says what the head w does while attempts of its line are in
 // flight: it waits for their replies, and sends the place's renewal again
 // when it is not answered within a quarter of what is left of the place
-// (at most maxInFlight at once). A first attempt is not sent again: it
-// takes the place, which a hedge must not do twice.
-func (ls *lines) hedge(l *Locker, ln *line, w *waiter) step {
-	if ln.place != placed || ln.inflight >= maxInFlight {
+// (at most lease.MaxInFlight at once). A first attempt is not sent again:
+// it takes the place, which a hedge must not do twice.
+func (ls *Lines) hedge(ln *line, w *waiter) step {
+	if ln.place != placed || ln.inflight >= lease.MaxInFlight {
 		return step{}
 	}
 	now := time.Now()
-	at := ln.sent.Add(max(ln.base.Add(placeLease).Sub(ln.sent)/4, minHedge))
+	at := ln.sent.Add(max(ln.base.Add(placeLease).Sub(ln.sent)/4, lease.MinHedge))
 	if at.After(now) {
 		return step{wait: at.Sub(now)}
 	}
-	return step{attempt: ls.send(l, ln, w, now)}
+	return step{attempt: ls.send(ln, w, now)}
 }
 
 // send returns the line's next attempt, for the head w, sent now.
-func (ls *lines) send(l *Locker, ln *line, w *waiter, now time.Time) *attemptArgs {
+func (ls *Lines) send(ln *line, w *waiter, now time.Time) *scripts.AttemptArgs {
 	ln.inflight++
 	ln.sent = now
 	if ln.asked.IsZero() {
@@ -369,40 +363,37 @@ func (ls *lines) send(l *Locker, ln *line, w *waiter, now time.Time) *attemptArg
 	}
 	if !ln.placeSent {
 		ln.firstSent = now
-		ln.firstAttempt.out.Store(true)
+		ln.firstAttempt.Out.Store(true)
 	}
-	a := &attemptArgs{key: ln.key, set: ln.set, token: ln.token, holder: l.opts.holder, ttl: w.ttl, fenced: w.fenced, mode: ln.mode, place: placeLease, renew: ln.placeSent, wake: ln.wake}
-	if !a.renew {
-		a.firstAttempt = ln.firstAttempt
-	}
+	a := &scripts.AttemptArgs{Keys: ln.keys, Token: ln.token, Holder: w.req.Holder, TTL: w.req.TTL, Fenced: w.req.Fenced, Mode: ln.mode, Place: placeLease, Renew: ln.placeSent, Wake: ln.wake}
 	ln.placeSent = true
 	return a
 }
 
 // attempted updates the line with the outcome of its attempt a, sent at
-// start.
-func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time, res attemptResult, err error) {
+// start; first is the attempt's FirstAttempt when it was the token's first.
+func (ls *Lines) attempted(ln *line, a *scripts.AttemptArgs, first *lease.FirstAttempt, start time.Time, res scripts.AttemptResult, err error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ln.inflight--
-	l.noteErr(err)
+	ls.r.NoteErr(err)
 	ln.heard = time.Now()
-	a.firstAttempt.returned(res, err)
-	if a.token != ln.token {
+	first.Returned(res, err)
+	if a.Token != ln.token {
 		// The line has left the token (it was granted the key, or spent):
 		// nothing of this reply applies, but to a withdrawal that waits for it.
-		if t := ln.pending[a.token]; t != nil && a.firstAttempt != nil && t.Stop() {
-			delete(ln.pending, a.token)
-			spend := a.firstAttempt.mayRun()
-			l.background.run(func() { l.withdraw(ln.keys(), a.token, ln.mode, spend) })
-			l.background.end() // the wait for the reply
+		if t := ln.pending[a.Token]; t != nil && first != nil && t.Stop() {
+			delete(ln.pending, a.Token)
+			spend := first.MayRun()
+			ls.env.Background.Go(func() { ls.Withdraw(ln.keys, a.Token, ln.mode, spend) })
+			ls.env.Background.End() // the wait for the reply
 		}
-		ls.update(l, ln)
+		ls.update(ln)
 		return
 	}
 	now := ln.heard
 	if err == nil {
-		l.rtts.add(now.Sub(start))
+		ls.r.Answered(now.Sub(start))
 	}
 	ln.asked = time.Time{}
 	ln.unblock()
@@ -410,157 +401,153 @@ func (ls *lines) attempted(l *Locker, ln *line, a *attemptArgs, start time.Time,
 	if err != nil && len(ln.waiters) > 0 {
 		h := ln.waiters[0] // waits for its backoff before the next attempt
 		h.retryAt = now.Add(h.poll)
-		h.poll = nextBackoff(h.poll, h.min, h.max)
+		h.poll = NextBackoff(h.poll, h.req.MinBackoff, h.req.MaxBackoff)
 	}
 	switch {
-	case err == nil && res.ours:
+	case err == nil && res.Ours:
 		ln.handed = nil
-		lk := newLock(l, ln.key, a.token, ln.mode, res.fence, a.ttl, start)
-		lk.set, lk.fences = ln.set, res.fences
-		ls.grant(ln, lk)
-	case err == nil && res.noPlace:
+		if len(ln.waiters) == 0 {
+			ln.handed = &scripts.Handoff{Token: a.Token, Fence: res.Fences[0], Lease: a.TTL} // for the withdrawal
+			break
+		}
+		ls.grant(ln, ls.env.NewHold(ln.waiters[0].req, a.Token, res.Fences, start, a.TTL), a.TTL)
+	case err == nil && res.NoPlace:
 		// The place lapsed, or a hand-off to it went unheard and its lease
 		// ran out: the token is spent. Take a new place with a new one.
 		ln.place = noPlace
-		ls.replaceToken(l, ln)
+		ls.replaceToken(ln)
 	case err == nil:
-		ls.placed(l, ln, start)
-		ln.holdEnd, ln.blockedFor = time.Time{}, res.pttl
-		if res.pttl >= 0 {
-			ln.holdEnd = time.Now().Add(res.pttl)
+		ls.placed(ln, start)
+		ln.holdEnd, ln.blockedFor = time.Time{}, res.PTTL
+		if res.PTTL >= 0 {
+			ln.holdEnd = time.Now().Add(res.PTTL)
 		}
-	case permanent(err):
+	case scripts.Permanent(err):
 		// Waiting longer would not help: every waiter reports it. An
 		// error reply means the attempt did not run; a closed client
 		// sends nothing any more.
 		for _, w := range ln.waiters {
 			w.fail(err)
 		}
-	case refused(err):
+	case scripts.Refused(err):
 		// Redis did not run it (it is loading, failing over, ...):
 		// nothing changed; the head tries again after its backoff.
 	default:
 		ln.place = placeUnknown
 	}
-	ls.update(l, ln)
+	ls.update(ln)
 }
 
 // placed records that a command sent at start confirmed the line's place.
 // Replies of hedged renewals may come in any order: base is the latest.
-func (ls *lines) placed(l *Locker, ln *line, start time.Time) {
+func (ls *Lines) placed(ln *line, start time.Time) {
 	ln.place = placed
-	ln.base = maxTime(ln.base, start)
+	if start.After(ln.base) {
+		ln.base = start
+	}
 	ln.renewAt = ln.base.Add(placeRenew)
-	if ls.subs[ln.wake.channel] == nil {
+	if ls.subs[ln.wake.Channel] == nil {
 		if ls.subs == nil {
 			ls.subs = make(map[string]*subscription)
 		}
-		s := l.subscribe(ln.wake)
-		ls.subs[ln.wake.channel] = s
+		s := ls.subscribe(ln.wake)
+		ls.subs[ln.wake.Channel] = s
 		ls.started = append(slices.DeleteFunc(ls.started, (*subscription).ended), s)
 	}
 }
 
 // blockedBefore records what an attempt made before the line was joined (a
-// plain lock's: see deployment.acquire) found: the key held, with res.pttl
-// left, and Redis answering. ln takes it as its latest reply until one of
-// its own comes.
-func (ls *lines) blockedBefore(ln *line, res attemptResult) {
+// plain lock's: see the backend's Acquire) found: the key held, with
+// res.PTTL left, and Redis answering. ln takes it as its latest reply until
+// one of its own comes.
+func (ls *Lines) blockedBefore(ln *line, res scripts.AttemptResult) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ln.heard.IsZero() {
-		ln.heard, ln.lastErr, ln.blockedFor = time.Now(), nil, res.pttl
+		ln.heard, ln.lastErr, ln.blockedFor = time.Now(), nil, res.PTTL
 	}
 }
 
 // armedFor reports whether hand-offs to ln's places are heard: its
 // channel's subscription is confirmed. ls.mu is held.
-func (ls *lines) armedFor(ln *line) bool { return ls.subs[ln.wake.channel].isArmed() }
+func (ls *Lines) armedFor(ln *line) bool { return ls.subs[ln.wake.Channel].isArmed() }
 
-// grant gives the key, which the line's token holds now, to the head: a
-// new hold, which starts a round of passes. The line takes a new token for
-// its next place.
-func (ls *lines) grant(ln *line, lk *Lock) {
-	if len(ln.waiters) == 0 {
-		ln.handed = &handoff{fence: lk.fence, lease: lk.clock.ttl} // for the withdrawal
-		return
-	}
+// grant gives h, which the line's token holds now with a lease of ttl, to
+// the head: a new hold, which starts a round of passes. It must be claimed
+// when its lease does not fit the head's request (another length, no
+// fence, less than half of it left). The line takes a new token for its
+// next place.
+func (ls *Lines) grant(ln *line, h *lease.Hold, ttl time.Duration) {
 	w := ln.waiters[0]
 	ln.waiters = ln.waiters[1:]
-	lk.lined, lk.firstAttempt = true, ln.firstAttempt
-	w.claim = w.ttl != lk.clock.ttl || (w.fenced && lk.fence == 0) || time.Until(lk.clock.until) < w.ttl/2
-	lk.clock.ttl = w.ttl
-	w.lock = lk
+	h.Lined, h.First = true, ln.firstAttempt
+	w.claim = ttl != w.req.TTL || (w.req.Fenced && h.Fences()[0] == 0) || time.Until(h.Until()) < w.req.TTL/2
+	w.hold = h
 	w.poke()
-	ln.hold, ln.passes, ln.round = lk, maxPasses, time.Now()
-	ls.freshToken(ln)
-}
-
-// replaceToken gives ln a new token, and takes the old one out of Redis's line
-// if it may have a place there (see withdrawToken).
-func (ls *lines) replaceToken(l *Locker, ln *line) {
-	if ln.place != noPlace || ln.inflight > 0 || ln.firstAttempt.mayRun() {
-		ln.gaveUp = ln.token
-		ls.withdrawToken(l, ln)
+	ln.hold, ln.passes, ln.round = h, maxPasses, time.Now()
+	if ln.fixed != "" {
+		ls.detach(ln) // the token is the hold's now
+		ln.token, ln.place, ln.handed = "", noPlace, nil
+		return
 	}
 	ls.freshToken(ln)
 }
 
-// withdrawToken withdraws ln's token, which the line leaves, from Redis (see
-// Locker.withdraw): at once, marking the token spent when its first attempt
-// may run later (see firstAttempt); when that attempt is on its way, once
-// its reply comes, with no mark, since nothing of the token can run after
-// it then — unless the reply takes longer than a silence (Redis stalls),
-// after which it is done at once, with a mark, so that a hand-off to the
-// token's place does not hold the key meanwhile.
-func (ls *lines) withdrawToken(l *Locker, ln *line) {
-	keys, token, m := ln.keys(), ln.token, ln.mode
-	if !ln.firstAttempt.out.Load() {
-		spend := ln.firstAttempt.mayRun()
-		l.background.run(func() { l.withdraw(keys, token, m, spend) })
+// replaceToken gives ln a new token, and takes the old one out of Redis's
+// line if it may have a place there (see withdrawToken). A line that must
+// use its token fails its waiter with ErrSpent instead.
+func (ls *Lines) replaceToken(ln *line) {
+	if ln.place != noPlace || ln.inflight > 0 || ln.firstAttempt.MayRun() {
+		ln.gaveUp = ln.token
+		ls.withdrawToken(ln)
+	}
+	if ln.fixed != "" {
+		ls.detach(ln)
+		ln.token, ln.place = "", noPlace
+		for _, w := range ln.waiters {
+			w.fail(ErrSpent)
+		}
+		return
+	}
+	ls.freshToken(ln)
+}
+
+// ErrSpent is the error of a wait with a token given (see
+// lease.Request.Token) whose place lapsed: the token is spent, and the
+// acquisition starts again with another.
+var ErrSpent = errors.New("the place in line lapsed: its token is spent")
+
+// withdrawToken withdraws ln's token, which the line leaves, from Redis
+// (see Withdraw): at once, marking the token spent when its first attempt
+// may run later (see lease.FirstAttempt); when that attempt is on its way,
+// once its reply comes, with no mark, since nothing of the token can run
+// after it then — unless the reply takes longer than a silence (Redis
+// stalls), after which it is done at once, with a mark, so that a hand-off
+// to the token's place does not hold the key meanwhile.
+func (ls *Lines) withdrawToken(ln *line) {
+	keys, token, m := ln.keys, ln.token, ln.mode
+	if !ln.firstAttempt.Out.Load() {
+		spend := ln.firstAttempt.MayRun()
+		ls.env.Background.Go(func() { ls.Withdraw(keys, token, m, spend) })
 		return
 	}
 	if ln.pending == nil {
 		ln.pending = make(map[string]*time.Timer)
 	}
-	l.background.begin() // ended when the withdrawal is under way
-	ln.pending[token] = time.AfterFunc(l.silence(), func() {
+	ls.env.Background.Begin() // ended when the withdrawal is under way
+	ln.pending[token] = time.AfterFunc(ls.r.Silence(), func() {
 		ls.mu.Lock()
 		defer ls.mu.Unlock()
 		if ln.pending[token] != nil {
 			delete(ln.pending, token)
-			l.background.run(func() { l.withdraw(keys, token, m, true) })
-			l.background.end()
+			ls.env.Background.Go(func() { ls.Withdraw(keys, token, m, true) })
+			ls.env.Background.End()
 		}
 	})
 }
 
-// A firstAttempt is what is known of the first attempt of a token: the one
-// that may take a free key or a place. While it may still run, the token's
-// withdrawal must not run before it, and the lock the token becomes must be
-// marked spent when it is released (see spend.lua). The token's later
-// attempts (renewals) may run late without harm: they take no free key and
-// no place (see acquire.lua). The line and the Lock share it.
-type firstAttempt struct {
-	out    atomic.Bool // sent, and not returned
-	unsure atomic.Bool // it returned, but may run later: its outcome was unknown, or go-redis sent it twice (see counted)
-}
-
-// returned records the attempt's outcome, (res, err); f may be nil (the
-// attempt was not a first one).
-func (f *firstAttempt) returned(res attemptResult, err error) {
-	if f != nil {
-		f.unsure.Store((err != nil && !refused(err) && !res.unsent) || res.resent)
-		f.out.Store(false)
-	}
-}
-
-// mayRun reports whether the attempt may still run; f may be nil (a token
-// with no such attempt).
-func (f *firstAttempt) mayRun() bool { return f != nil && (f.out.Load() || f.unsure.Load()) }
-
-// unblock closes placedc: a Release waiting for the line's place waits no
-// more (see placing).
+// unblock closes placedc: a release waiting for the line's place waits no
+// more (see Lines.Placing).
 func (ln *line) unblock() {
 	if ln.placedc != nil {
 		close(ln.placedc)
@@ -569,7 +556,7 @@ func (ln *line) unblock() {
 }
 
 // freshToken gives ln a new token, with no place yet.
-func (ls *lines) freshToken(ln *line) {
+func (ls *Lines) freshToken(ln *line) {
 	if ln.own {
 		if ls.byToken == nil {
 			ls.byToken = make(map[string]*line)
@@ -577,8 +564,12 @@ func (ls *lines) freshToken(ln *line) {
 		delete(ls.byToken, ln.token)
 		defer func() { ls.byToken[ln.token] = ln }()
 	}
-	ln.token, ln.place, ln.placeSent, ln.check, ln.handed, ln.holdEnd = newToken(), noPlace, false, false, nil, time.Time{}
-	ln.firstAttempt = &firstAttempt{}
+	token := ln.fixed
+	if token == "" {
+		token = scripts.NewToken()
+	}
+	ln.token, ln.place, ln.placeSent, ln.check, ln.handed, ln.holdEnd = token, noPlace, false, false, nil, time.Time{}
+	ln.firstAttempt = &lease.FirstAttempt{}
 	ln.asked = time.Time{} // replies for the token left are not waited for
 	ln.unblock()
 }
@@ -586,10 +577,10 @@ func (ls *lines) freshToken(ln *line) {
 // update brings the line up to date after a change: it applies a pending
 // hand-off and wakes the head, and once nobody waits, keeps the line for
 // its hold or detaches it and withdraws its place from Redis.
-func (ls *lines) update(l *Locker, ln *line) {
+func (ls *Lines) update(ln *line) {
 	if h := ln.handed; h != nil && len(ln.waiters) > 0 {
 		// The hand-off ran after the command that took the place, the
-		// token's first attempt, sent at ln.first; base, when a reply
+		// token's first attempt, sent at ln.firstSent; base, when a reply
 		// confirmed the place, is later still and as good.
 		base := ln.firstSent
 		if ln.place == placed {
@@ -598,14 +589,16 @@ func (ls *lines) update(l *Locker, ln *line) {
 		switch {
 		case !ln.placeSent:
 			ln.check = true // the base is unknown: the head asks Redis
-		case h.fence < 0:
+		case h.Fence < 0:
 			ln.handed, ln.place = nil, noPlace
-			ln.waiters[0].fail(errFenceNotIssued)
+			ln.waiters[0].fail(scripts.ErrFenceNotIssued)
 		default:
 			ln.handed = nil
-			lk := newLock(l, ln.key, ln.token, ln.mode, h.fence, h.lease, base)
-			lk.clock.until = base.Add(min(h.lease, placeLease)) // the place's deadline bounds it (see handOff in line.lua)
-			ls.grant(ln, lk)
+			fences := make([]int64, len(ln.keys))
+			fences[0] = h.Fence
+			hold := ls.env.NewHold(ln.waiters[0].req, ln.token, fences, base, h.Lease)
+			hold.ShortenTo(base.Add(min(h.Lease, placeLease))) // the place's deadline bounds it (see handOff in line.lua)
+			ls.grant(ln, hold, h.Lease)
 		}
 	}
 	if len(ln.waiters) > 0 {
@@ -615,17 +608,17 @@ func (ls *lines) update(l *Locker, ln *line) {
 	if !ln.detached && !ln.own && ln.handed == nil && hasHold(ln) {
 		// Nobody waits: the line keeps its hold (for the Locker's next
 		// Obtain to be passed it), not its place in Redis.
-		if ln.place != noPlace || ln.inflight > 0 || ln.firstAttempt.mayRun() {
-			ls.replaceToken(l, ln)
+		if ln.place != noPlace || ln.inflight > 0 || ln.firstAttempt.MayRun() {
+			ls.replaceToken(ln)
 		}
-		ls.keepFor(l, ln)
+		ls.keepFor(ln)
 		return
 	}
 	ls.detach(ln)
-	if ln.token != "" && (ln.place != noPlace || ln.handed != nil || ln.inflight > 0 || ln.firstAttempt.mayRun()) {
-		// Clean up (see withdrawToken); replies to come are for a token the line
-		// has left.
-		ls.withdrawToken(l, ln)
+	if ln.token != "" && (ln.place != noPlace || ln.handed != nil || ln.inflight > 0 || ln.firstAttempt.MayRun()) {
+		// Clean up (see withdrawToken); replies to come are for a token the
+		// line has left.
+		ls.withdrawToken(ln)
 		ln.token, ln.place, ln.handed = "", noPlace, nil
 	}
 }
@@ -633,13 +626,13 @@ func (ls *lines) update(l *Locker, ln *line) {
 // keepFor keeps a line without waiters while its hold lasts, so that the
 // Locker's next Obtain of the key can be passed the lock. A timer drops it
 // when the hold's lease ends, if the hold was never released.
-func (ls *lines) keepFor(l *Locker, ln *line) {
+func (ls *Lines) keepFor(ln *line) {
 	d := time.Until(ln.hold.Until())
 	if ln.expiry == nil {
 		ln.expiry = time.AfterFunc(d, func() {
 			ls.mu.Lock()
 			defer ls.mu.Unlock()
-			ls.update(l, ln)
+			ls.update(ln)
 		})
 		return
 	}
@@ -647,7 +640,7 @@ func (ls *lines) keepFor(l *Locker, ln *line) {
 }
 
 // detach takes ln out of byKey.
-func (ls *lines) detach(ln *line) {
+func (ls *Lines) detach(ln *line) {
 	if ln.detached {
 		return
 	}
@@ -670,17 +663,17 @@ func (w *waiter) fail(err error) {
 	w.poke()
 }
 
-// quit takes w, whose Obtain gives up, out of its line. It returns the lock
-// if one was handed or passed to w meanwhile (the caller releases it, which
-// passes it on), and the error of the line's latest attempt: nil when it
-// found the key held (held is then the holder's lease left, as it said),
-// unless an attempt sent since has gone unanswered for a silence (Redis
-// stopped answering: that is no contention).
-func (ls *lines) quit(l *Locker, ln *line, w *waiter) (lk *Lock, held time.Duration, last error) {
+// quit takes w, whose Obtain gives up, out of its line. It returns the hold
+// if one was handed or passed to w meanwhile (the caller gives it back,
+// which passes it on), and the error of the line's latest attempt: nil when
+// it found the key held (held is then the holder's lease left, as it
+// said), unless an attempt sent since has gone unanswered for a silence
+// (Redis stopped answering: that is no contention).
+func (ls *Lines) quit(ln *line, w *waiter) (h *lease.Hold, held time.Duration, last error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if w.lock != nil {
-		return w.lock, 0, nil
+	if w.hold != nil {
+		return w.hold, 0, nil
 	}
 	for i, x := range ln.waiters {
 		if x == w {
@@ -689,85 +682,76 @@ func (ls *lines) quit(l *Locker, ln *line, w *waiter) (lk *Lock, held time.Durat
 		}
 	}
 	last = ln.lastErr
-	if silent := time.Since(ln.asked); last == nil && !ln.asked.IsZero() && silent > l.silence() {
+	if silent := time.Since(ln.asked); last == nil && !ln.asked.IsZero() && silent > ls.r.Silence() {
 		last = fmt.Errorf("%w for %v", errNoAnswer, silent.Round(time.Millisecond))
 	}
 	if errors.Is(last, errNoAnswer) {
-		last = l.lastFailure(last)
+		last = ls.r.LastFailure(last)
 	}
 	held = ln.blockedFor
-	ls.update(l, ln)
+	ls.update(ln)
 	return nil, held, last
 }
 
-// pass gives lk to the head of its line, without a round trip, if lk is the
-// line's hold (see adopt) and the head may have it (see the note at the
-// top): passed reports that lk is released, and the head has it. lined
-// reports whether the Locker has a line for lk's key: then its
-// release goes through that line (see deployment.release), and is never a
-// plain lock's drop.
-func (ls *lines) pass(lk *Lock) (passed, lined bool) {
+// Pass gives h, whose release has begun, to the head of its line without a
+// round trip, if h is the line's hold (see adopt) and the head may have it
+// (see the note at the top): passed reports that h is released, and the
+// head has it. lined reports whether the Locker has a line for h's key:
+// then its release goes through that line (see the backend's release), and
+// is never a plain lock's drop.
+func (ls *Lines) Pass(h *lease.Hold) (passed, lined bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	ln := ls.byKey[lk.key]
+	ln := ls.byKey[h.Keys[0]]
 	if ln == nil {
 		return false, false
 	}
-	if len(ln.waiters) == 0 || !ls.adopt(ln, lk) || ln.passes == 0 || time.Since(ln.round) > passSlice {
+	if len(ln.waiters) == 0 || !ls.adopt(ln, h) || ln.passes == 0 || time.Since(ln.round) > passSlice {
 		return false, true
 	}
 	w := ln.waiters[0]
-	if w.fenced || w.lock != nil || w.err != nil {
+	if w.req.Fenced || w.hold != nil || w.err != nil {
 		return false, true
 	}
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	// The lease clock's end, which the next holder inherits: Until of lk
-	// itself ended when its release began.
-	left := time.Until(lk.clock.until)
-	if lk.released || lk.lostWhy != nil || lk.lost || lk.clock.busy() || left < w.ttl/2 || left > w.ttl {
+	next := h.Pass(w.req.TTL)
+	if next == nil {
 		return false, true
 	}
-	lk.released = true
-	next := lk.passed(w.ttl)
-	lk.endNow()
 	ln.waiters = ln.waiters[1:]
-	w.lock = next
+	w.hold = next
 	w.poke()
 	ln.hold = next
 	ln.passes--
-	ls.update(lk.locker, ln)
+	ls.update(ln)
 	return true, true
 }
 
-// adopt reports whether lk is ln's hold, making it so when lk was taken
-// without the line (a plain lock, or a single attempt: see
-// deployment.acquire) while the line has no hold: the Locker holds the key,
-// and its round began when lk was acquired. So a lock that nobody waited
-// for when it was taken is passed like one the line got from Redis.
-// ls.mu is held.
-func (ls *lines) adopt(ln *line, lk *Lock) bool {
-	if ln.hold == lk {
+// adopt reports whether h is ln's hold, making it so when h was taken
+// without the line (a plain lock, or a single attempt: see the backend's
+// Acquire) while the line has no hold: the Locker holds the key, and its
+// round began when h was acquired. So a lock that nobody waited for when it
+// was taken is passed like one the line got from Redis. ls.mu is held.
+func (ls *Lines) adopt(ln *line, h *lease.Hold) bool {
+	if ln.hold == h {
 		return true
 	}
-	if ln.hold != nil || lk.lined || lk.mode != (lockMode{}) || lk.set != nil {
-		return false // (a set's lock holds other keys too: it is never passed)
+	if ln.hold != nil || h.Lined || !h.Mode.Exclusive() || len(h.Keys) > 1 {
+		return false // (a set's hold holds other keys too: it is never passed)
 	}
-	ln.hold, ln.passes, ln.round = lk, maxPasses, lk.since
+	ln.hold, ln.passes, ln.round = h, maxPasses, h.Since
 	return true
 }
 
-// placing returns a channel that is closed when the line of lk's key,
-// whose waiters have no confirmed place in Redis (the line was just
-// granted the key, and its first attempt with a new token is about to be
-// sent, or on its way), gets a reply; nil when there is nothing to wait
-// for. A release through Redis waits for it (see Lock.end), so that the
-// key is not free, for anyone to take, while this Locker's waiters are
-// between two places.
-func (ls *lines) placing(lk *Lock) <-chan struct{} {
+// Placing returns a channel that is closed when the line of h's key, whose
+// waiters have no confirmed place in Redis (the line was just granted the
+// key, and its first attempt with a new token is about to be sent, or on
+// its way), gets a reply; nil when there is nothing to wait for. A release
+// through Redis waits for it, so that the key is not free, for anyone to
+// take, while this Locker's waiters are between two places.
+func (ls *Lines) Placing(h *lease.Hold) <-chan struct{} {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	ln := ls.byKey[lk.key]
+	ln := ls.byKey[h.Keys[0]]
 	if ln == nil || len(ln.waiters) == 0 || ln.place == placed {
 		return nil
 	}
@@ -777,87 +761,94 @@ func (ls *lines) placing(lk *Lock) <-chan struct{} {
 	return ln.placedc
 }
 
-// prepareRelease prepares the release of lk through Redis. A lock that was
+// A Release is a release of a hold through Redis, as the line prepared it
+// (see Lines.PrepareRelease).
+type Release struct {
+	ln       *line
+	Withdraw string // a place to take out of line in the same script, or ""
+}
+
+// PrepareRelease prepares the release of h through Redis. A hold that was
 // the line's hold ends it; a line that nobody waits in any more withdraws
-// its place in the same script (withdraw: its token, returned with the
-// line, whose outcome releaseDone takes in).
-func (ls *lines) prepareRelease(lk *Lock) (ln *line, withdraw string) {
+// its place in the same script (Withdraw: its token, whose outcome
+// Released takes in).
+func (ls *Lines) PrepareRelease(h *lease.Hold) Release {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	ln = ls.byKey[lk.key]
-	if ln == nil || ln.hold != lk {
-		return nil, ""
+	ln := ls.byKey[h.Keys[0]]
+	if ln == nil || ln.hold != h {
+		return Release{}
 	}
 	ln.hold = nil
 	if len(ln.waiters) > 0 {
-		return nil, ""
+		return Release{}
 	}
-	if ln.place != noPlace && ln.handed == nil && ln.inflight == 0 && !ln.firstAttempt.mayRun() {
+	if ln.place != noPlace && ln.handed == nil && ln.inflight == 0 && !ln.firstAttempt.MayRun() {
 		ls.detach(ln)
 		ln.inflight++ // the place goes in the release's script
-		return ln, ln.token
+		return Release{ln: ln, Withdraw: ln.token}
 	}
 	// The place the line last gave up goes in the release's script too,
 	// should its own withdrawal not have reached Redis yet: the release must
 	// not hand the key to it.
-	withdraw = ln.gaveUp
-	ls.update(lk.locker, ln) // detaches it, and withdraws what needs it
-	return nil, withdraw
+	withdraw := ln.gaveUp
+	ls.update(ln) // detaches it, and withdraws what needs it
+	return Release{Withdraw: withdraw}
 }
 
-// releaseDone takes in a release's outcome: the place it withdrew for ln
-// (when not nil), and the hand-offs it made to lines of this Locker. When
-// its outcome is unknown, a hand-off to a line of this Locker may have gone
-// unheard: their heads ask Redis.
-func (ls *lines) releaseDone(l *Locker, keys []string, ln *line, res releaseResult, err error) {
+// Released takes in a release's outcome: the place it withdrew for rel's
+// line, and the hand-offs it made to lines of this Locker. When its outcome
+// is unknown, a hand-off to a line of this Locker may have gone unheard:
+// their heads ask Redis.
+func (ls *Lines) Released(keys []string, rel Release, res scripts.ReleaseResult, err error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	switch {
 	case err == nil:
-		for _, h := range res.handed {
-			ls.handedTo(l, keys[h.at], h)
+		for _, h := range res.Handed {
+			ls.handedTo(keys[h.At], h)
 		}
-		if res.resent { // an earlier run's hand-offs went with its reply
+		if res.Resent || len(res.Missing) > 0 { // an earlier run's hand-offs may have gone with its lost reply
 			ls.ask(keys)
 		}
-	case !refused(err):
+	case !scripts.Refused(err):
 		ls.ask(keys)
 	}
-	if ln != nil {
+	if ln := rel.ln; ln != nil {
 		ln.inflight--
 		if err == nil {
 			ln.place = noPlace
-		} else if !refused(err) {
+		} else if !scripts.Refused(err) {
 			ln.place = placeUnknown
 		}
-		ls.update(l, ln)
+		ls.update(ln)
 	}
 }
 
-// handedTo records a hand-off of key to h.token, if that is the token of one
-// of our lines; else it is not ours, or of a line that left: its withdrawal
-// passes it on. A set's line is asked to try instead (fenceAsk: see
-// line.lua): it takes its keys itself.
-func (ls *lines) handedTo(l *Locker, key string, h handoff) {
+// handedTo records a hand-off of key to h.Token, if that is the token of
+// one of our lines; else it is not ours, or of a line that left: its
+// withdrawal passes it on. A set's line is asked to try instead (FenceAsk:
+// see line.lua): it takes its keys itself.
+func (ls *Lines) handedTo(key string, h scripts.Handoff) {
 	ln := ls.byKey[key]
-	if ln == nil || ln.token != h.token {
-		if ln = ls.byToken[h.token]; ln == nil || !slices.Contains(ln.keys(), key) {
+	if ln == nil || ln.token != h.Token {
+		if ln = ls.byToken[h.Token]; ln == nil || !slices.Contains(ln.keys, key) {
 			return
 		}
 	}
-	if h.fence == fenceAsk {
+	if h.Fence == scripts.FenceAsk {
 		ln.check = true
 	} else {
 		ln.handed = &h
 	}
-	ls.update(l, ln)
+	ls.update(ln)
 }
 
 // ask makes the heads of the lines of keys ask Redis whether a key was
 // handed to them (a set's, whether it may take them). ls.mu is held.
-func (ls *lines) ask(keys []string) {
+func (ls *Lines) ask(keys []string) {
 	ask := func(ln *line) {
-		if ln.place == placed && len(ln.waiters) > 0 && slices.ContainsFunc(ln.keys(), func(k string) bool { return slices.Contains(keys, k) }) {
+		if ln.place == placed && len(ln.waiters) > 0 && slices.ContainsFunc(ln.keys, func(k string) bool { return slices.Contains(keys, k) }) {
 			ln.check = true
 			ln.waiters[0].poke()
 		}
@@ -874,7 +865,7 @@ func (ls *lines) ask(keys []string) {
 
 // fail ends the wait of every waiter of the Locker with err: the client is
 // closed, and no attempt can be sent any more.
-func (ls *lines) fail(err error) {
+func (ls *Lines) fail(err error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	for _, m := range []map[string]*line{ls.byKey, ls.byToken} {
@@ -887,21 +878,21 @@ func (ls *lines) fail(err error) {
 }
 
 // heard is called by the subscription for an announced hand-off.
-func (ls *lines) heard(l *Locker, key string, h handoff) {
+func (ls *Lines) heard(key string, h scripts.Handoff) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	ls.handedTo(l, key, h)
+	ls.handedTo(key, h)
 }
 
 // armed is called by the subscription s when it is confirmed (on) or lost
 // (off). Heads of lines on its channel poll while it is lost, and ask
 // Redis once it is back, since a hand-off may have gone unheard.
-func (ls *lines) armed(s *subscription, on bool) {
+func (ls *Lines) armed(s *subscription, on bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	for _, m := range []map[string]*line{ls.byKey, ls.byToken} {
 		for _, ln := range m {
-			if ln.wake.channel != s.wake.channel {
+			if ln.wake.Channel != s.wake.Channel {
 				continue
 			}
 			if on && ln.place != noPlace {
@@ -914,9 +905,9 @@ func (ls *lines) armed(s *subscription, on bool) {
 	}
 }
 
-// subscriptionEnded waits until the Locker's subscriptions have ended, or
-// ctx ends. One that is idle retires at once, without lingering.
-func (ls *lines) subscriptionEnded(ctx context.Context) error {
+// Shutdown waits until the Locker's subscriptions have ended, or ctx ends.
+// One that is idle retires at once, without lingering.
+func (ls *Lines) Shutdown(ctx context.Context) error {
 	ls.mu.Lock()
 	ls.shuttingDown = true
 	subs := slices.Clone(ls.started)
@@ -934,12 +925,12 @@ func (ls *lines) subscriptionEnded(ctx context.Context) error {
 // retire reports whether the subscription s may stop: no line on its
 // channel has had a waiter for linger. It is then no longer the
 // subscription of its channel.
-func (ls *lines) retire(s *subscription, linger time.Duration) bool {
+func (ls *Lines) retire(s *subscription, linger time.Duration) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	for _, m := range []map[string]*line{ls.byKey, ls.byToken} {
 		for _, ln := range m {
-			if ln.wake.channel == s.wake.channel && (len(ln.waiters) > 0 || ln.own) {
+			if ln.wake.Channel == s.wake.Channel && (len(ln.waiters) > 0 || ln.own) {
 				s.idle = time.Time{}
 				return false
 			}
@@ -951,43 +942,16 @@ func (ls *lines) retire(s *subscription, linger time.Duration) bool {
 	if time.Since(s.idle) < linger && !ls.shuttingDown {
 		return false
 	}
-	if ls.subs[s.wake.channel] == s {
-		delete(ls.subs, s.wake.channel)
+	if ls.subs[s.wake.Channel] == s {
+		delete(ls.subs, s.wake.Channel)
 	}
 	return true
 }
 
-// withdraw takes token out of key's line in Redis (a place a line gave up), or
-// releases the key if token holds it (it was handed to that place, or
-// taken by an acquisition that gave up), which hands it on. With spend, it
-// also marks the token spent (see spend.lua), for as long as go-redis may
-// still send a command of it: a copy of an attempt that runs later takes
-// nothing. It tries again until it reaches Redis, within withdrawTimeout:
-// the attempt may have taken the key, and nothing else would give it back
-// before its lease ends.
-func (l *Locker) withdraw(keys []string, token string, m lockMode, spend bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)
-	defer cancel()
-	a := releaseArgs{key: keys[0], token: token, mode: m, wake: l.wakeFor(keys[0]).channel}
-	if len(keys) > 1 {
-		a.set = keys
-	}
-	if spend {
-		a.spend = l.spendFor()
-	}
-	for {
-		res, err := runRelease(ctx, l.client, l.keys, a)
-		if err == nil || refused(err) || errors.Is(err, redis.ErrClosed) || sleep(ctx, nil, renewRetry) != nil {
-			l.lines.releaseDone(l, keys, nil, res, err)
-			return
-		}
-	}
-}
-
-// nextBackoff returns the polling delay after prev: drawn at random from
+// NextBackoff returns the polling delay after prev: drawn at random from
 // [min, 3*prev], capped at max ("decorrelated jitter"), so that polling
 // waiters spread out instead of asking in lockstep.
-func nextBackoff(prev, min, max time.Duration) time.Duration {
+func NextBackoff(prev, min, max time.Duration) time.Duration {
 	hi := 3 * prev
 	if hi > max {
 		hi = max
@@ -996,36 +960,4 @@ func nextBackoff(prev, min, max time.Duration) time.Duration {
 		return min
 	}
 	return min + mathrand.N(hi-min+1)
-}
-
-// silence is how long an attempt of l may go unanswered before Redis is
-// taken to have stopped answering: noAnswer, or twice the link's round trip
-// on a slower link, so that a slow but healthy link does not turn
-// contention into a Redis failure.
-func (l *Locker) silence() time.Duration {
-	return max(noAnswer, 2*l.rtts.typical())
-}
-
-// roundTrips are the round trips of the latest two answered attempts.
-type roundTrips struct {
-	mu         sync.Mutex
-	last, prev time.Duration
-}
-
-func (r *roundTrips) add(d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.prev, r.last = r.last, d
-}
-
-// typical is the smaller of the latest two (the latest while there is only
-// one): one slow reply (a retransmission, a pause of this process) does not
-// make a Redis that stops answering right after it look like a slow link.
-func (r *roundTrips) typical() time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.prev == 0 {
-		return r.last
-	}
-	return min(r.prev, r.last)
 }

@@ -1,4 +1,4 @@
-package redislock
+package line
 
 import (
 	"context"
@@ -9,26 +9,28 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seed5e0b76d9/redislock/internal/scripts"
 )
 
 // A subscription is a Locker's pub/sub connection, subscribed to one of the
 // Locker's wake channels, on which hand-offs to its lines are announced
-// (see keyspace.wake): the Locker's one channel, or on a Cluster, the shard
+// (see scripts.Keyspace.Wake): the Locker's one channel, or on a Cluster, the shard
 // channel of one hash slot it waits in (SSUBSCRIBE, on the master that
 // serves the slot: no other shard sees the messages). It runs while the
 // Locker has lines on the channel, and subscriptionLinger longer, so that a
 // process that waits for keys again and again keeps its connection.
 //
-// It is one goroutine, run, started by Locker.subscribe when a line takes a
+// It is one goroutine, run, started by Lines.subscribe when a line takes a
 // place in Redis; it returns, closing stopped in its defer, within
-// receivePoll of lines.retire saying it may, or, while go-redis reconnects
+// receivePoll of Lines.retire saying it may, or, while go-redis reconnects
 // it to a Redis that does not answer, once go-redis gives up (its dial and
 // read timeouts). Nothing about it ever waits for Redis in a caller's path:
 // subscribing, receiving, redialing (go-redis subscribes again by itself)
 // and closing all happen in run.
 type subscription struct {
-	locker  *Locker
-	wake    wakeup
+	ls      *Lines
+	wake    scripts.Wakeup
 	ps      *redis.PubSub
 	armed   atomic.Bool   // the subscription is confirmed: announcements arrive
 	stopped chan struct{} // closed when run has returned
@@ -46,21 +48,16 @@ const (
 )
 
 // subscribe starts a subscription to w's channel.
-func (l *Locker) subscribe(w wakeup) *subscription {
-	s := &subscription{locker: l, wake: w, stopped: make(chan struct{})}
+func (ls *Lines) subscribe(w scripts.Wakeup) *subscription {
+	s := &subscription{ls: ls, wake: w, stopped: make(chan struct{})}
 	// Without a channel: it connects in run.
-	if w.sharded {
-		s.ps = l.client.SSubscribe(context.Background())
+	if w.Sharded {
+		s.ps = ls.r.Client.SSubscribe(context.Background())
 	} else {
-		s.ps = l.client.Subscribe(context.Background())
+		s.ps = ls.r.Client.Subscribe(context.Background())
 	}
 	go s.run()
 	return s
-}
-
-// wakeFor returns where the Locker hears of hand-offs of key to its places.
-func (l *Locker) wakeFor(key string) wakeup {
-	return wakeup{channel: l.keys.wake(l.id, l.keys.lock(key), l.sharded), sharded: l.sharded}
 }
 
 // ended reports whether run has returned.
@@ -81,17 +78,17 @@ func (s *subscription) run() {
 	defer close(s.stopped)
 	defer func() { _ = s.ps.Close() }()
 	ctx := context.Background()
-	if s.wake.sharded { // on failure, ReceiveTimeout redials
-		_ = s.ps.SSubscribe(ctx, s.wake.channel)
+	if s.wake.Sharded { // on failure, ReceiveTimeout redials
+		_ = s.ps.SSubscribe(ctx, s.wake.Channel)
 	} else {
-		_ = s.ps.Subscribe(ctx, s.wake.channel)
+		_ = s.ps.Subscribe(ctx, s.wake.Channel)
 	}
-	for !s.locker.lines.retire(s, subscriptionLinger) {
+	for !s.ls.retire(s, subscriptionLinger) {
 		msg, err := s.ps.ReceiveTimeout(ctx, receivePoll)
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if (m.Kind == "subscribe" || m.Kind == "ssubscribe") && !s.armed.Swap(true) {
-				s.locker.lines.armed(s, true)
+				s.ls.armed(s, true)
 			}
 		case *redis.Message:
 			s.dispatch(m.Payload)
@@ -101,13 +98,13 @@ func (s *subscription) run() {
 			// The client is closed: no waiter can get anything any more,
 			// and each learns it now rather than at its next attempt.
 			s.armed.Store(false)
-			s.locker.lines.fail(err)
+			s.ls.fail(err)
 			time.Sleep(retryDelay)
 		case err != nil && !isTimeout(err):
 			// Lost: announcements go unheard until go-redis has
 			// subscribed again. Heads poll meanwhile.
 			if s.armed.Swap(false) {
-				s.locker.lines.armed(s, false)
+				s.ls.armed(s, false)
 			}
 			time.Sleep(retryDelay)
 		}
@@ -126,11 +123,11 @@ func (s *subscription) dispatch(payload string) {
 	if err1 != nil || err2 != nil {
 		return
 	}
-	key, ok := strings.CutPrefix(f[3], s.locker.keys.ns)
+	key, ok := strings.CutPrefix(f[3], s.ls.r.Keys.NS)
 	if !ok {
 		return
 	}
-	s.locker.lines.heard(s.locker, key, handoff{token: f[2], fence: fence, lease: time.Duration(lease) * time.Millisecond})
+	s.ls.heard(key, scripts.Handoff{Token: f[2], Fence: fence, Lease: time.Duration(lease) * time.Millisecond})
 }
 
 // isTimeout reports whether err is ReceiveTimeout's timeout.

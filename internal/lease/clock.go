@@ -1,7 +1,6 @@
-package redislock
+package lease
 
 import (
-	"context"
 	"slices"
 	"time"
 )
@@ -9,7 +8,7 @@ import (
 // The lease: the lock's ttl in Redis, the key's expiry. Its one clock, and
 // the one sequence that sets it.
 //
-// A leaseClock is the end of a lock's lease as this process knows it, on
+// A clock is the end of a lock's lease as this process knows it, on
 // the monotonic clock, and the commands that may still move it: renewals
 // (several may be in flight, see keeper), Refresh, claims. Its methods are
 // the only writers of until; leaseSet's are the only callers of send and
@@ -53,29 +52,29 @@ import (
 //     of the same length stuck on a dead connection does not hold until
 //     back.
 //
-// Until (see Lock.Until) is the earlier of until and over, when the lock
+// Until (see Hold.Until) is the earlier of until and over, when the lock
 // ended for this process: found lost, or its release begun (Release, the
-// give-back after a loss, a pass). Lock.endNow is the one writer of over,
+// give-back after a loss, a pass). Hold.endNow is the one writer of over,
 // and every path that ends a lock calls it before it sends anything that
 // frees the key. So the key is freed either by its expiry, at or after
 // until, or by a command of this process, sent at or after over: never
 // before Until. Once over is set, nothing sets the lease any more
 // (beginSet refuses).
-type leaseClock struct {
+type clock struct {
 	until  time.Time
 	ttl    time.Duration // the lease renewals set: the acquisition's, or the latest Refresh's sent
 	gen    int64         // the generation of the latest command sent
 	genTTL time.Duration // the length that the commands of generation gen set
 	cmds   []leaseCmd    // commands that Redis may run after one in flight
 	last   uint64        // the id of the latest command sent
-	drift  bool          // a quorum lock's: each lease ends quorumDrift early
+	drift  bool          // a quorum lock's: each lease ends Drift early
 }
 
 // lease is how long a lease of ttl lasts on the local clock: ttl, less
-// quorumDrift(ttl) for a quorum lock (see quorumDrift for the argument).
-func (c *leaseClock) lease(ttl time.Duration) time.Duration {
+// Drift(ttl) for a quorum lock (see Drift for the argument).
+func (c *clock) lease(ttl time.Duration) time.Duration {
 	if c.drift {
-		return ttl - quorumDrift(ttl)
+		return ttl - Drift(ttl)
 	}
 	return ttl
 }
@@ -91,12 +90,14 @@ type leaseCmd struct {
 }
 
 // send records a command that sets the lease to ttl, sent now, and returns
-// its id and generation. A command that sets another length than the one
-// sent before it starts a new generation. moved reports that until changed.
-func (c *leaseClock) send(sent time.Time, ttl time.Duration) (id uint64, gen int64, moved bool) {
+// its id and generation; renewals set ttl from then on. A command that sets
+// another length than the one sent before it starts a new generation.
+// moved reports that until changed.
+func (c *clock) send(sent time.Time, ttl time.Duration) (id uint64, gen int64, moved bool) {
 	if ttl != c.genTTL {
 		c.gen, c.genTTL = c.gen+1, ttl
 	}
+	c.ttl = ttl
 	end := sent.Add(c.lease(ttl))
 	if end.Before(c.until) {
 		c.until, moved = end, true
@@ -115,10 +116,9 @@ const (
 	outcomeUnknown                // it failed: it may have run, or run later
 )
 
-// record records the outcome of command id. moved reports that until
-// changed.
-func (c *leaseClock) record(id uint64, out outcome) (moved bool) {
-	now := time.Now()
+// record records the outcome of command id, known at now. moved reports
+// that until changed.
+func (c *clock) record(id uint64, out outcome, now time.Time) (moved bool) {
 	i := slices.IndexFunc(c.cmds, func(x leaseCmd) bool { return x.id == id })
 	if i < 0 {
 		return false
@@ -145,8 +145,11 @@ func (c *leaseClock) record(id uint64, out outcome) (moved bool) {
 
 // prune forgets the commands that can no longer bound until: those that
 // ran before every command in flight was sent, and failed ones that a later
-// generation has superseded or that are no shorter than the lease set now.
-func (c *leaseClock) prune(now time.Time) {
+// generation has superseded, or that were sent before every command in
+// flight. (A failed command bounds the outcome of one sent before it: one
+// sent after it is of its generation and length, or of a later generation,
+// which Redis refuses it after.)
+func (c *clock) prune(now time.Time) {
 	oldest := now
 	var setGen int64 = -1
 	for _, o := range c.cmds {
@@ -164,7 +167,7 @@ func (c *leaseClock) prune(now time.Time) {
 		case o.done.IsZero():
 			return false
 		case o.failed:
-			return o.gen < setGen || o.ttl >= c.ttl
+			return o.gen < setGen || !oldest.Before(o.sent)
 		}
 		return !o.done.After(oldest)
 	})
@@ -178,150 +181,27 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // busy reports whether commands that set the lease are in flight.
-func (c *leaseClock) busy() bool {
+func (c *clock) busy() bool {
 	return slices.ContainsFunc(c.cmds, func(o leaseCmd) bool { return o.done.IsZero() })
 }
 
-// refreshArgs returns the arguments of a command that sets lk's lease to
-// ttl, of generation gen, issuing a fence when fenced.
-func (lk *Lock) refreshArgs(ttl time.Duration, gen int64, fenced bool) refreshArgs {
-	return refreshArgs{key: lk.key, set: lk.set, token: lk.token, mode: lk.mode, ttl: ttl, gen: gen, fenced: fenced, described: lk.described}
-}
-
-// rescheduleRenewal reschedules KeepAlive's next renewal of lk from the
-// lease a command set (beginSet made its length the one renewals set).
-func (lk *Lock) rescheduleRenewal() {
-	lk.mu.Lock()
-	r := lk.renewal
-	lk.mu.Unlock()
-	if r != nil {
-		lk.locker.keeper.reschedule(r)
-	}
-}
-
-// lease returns the lease's local end and the ttl renewals set.
-func (lk *Lock) lease() (until time.Time, ttl time.Duration) {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	return lk.clock.until, lk.clock.ttl
-}
-
-// A renewReply is the outcome of one command that sets a lease: err when
-// it failed (it may have run, or run later), else the code of renew.lua's
-// reply: replyOK (the lease was set, with fences when asked for),
-// replySuperseded (held, but Redis had run a command of a later generation:
-// not set) or replyNotOurs (not held: lost).
-type renewReply struct {
-	code    int64
-	fences  []int64 // issued, one per key (when asked for)
-	missing int     // replyNotOurs: the first key not held, by its place in the lock's keys from 1 (0: not known)
-	err     error
-}
-
-func (r renewReply) set() bool  { return r.err == nil && r.code == replyOK }
-func (r renewReply) lost() bool { return r.err == nil && r.code == replyNotOurs }
-
-// outcome is the reply's outcome for the lease clock.
-func (r renewReply) outcome() outcome {
-	switch {
-	case r.err != nil:
-		return outcomeUnknown
-	case r.code == replyOK:
-		return outcomeSet
-	}
-	return outcomeNotSet
-}
-
-// event is the reply's outcome for Hooks.Renew.
-func (r renewReply) event() Outcome {
-	switch {
-	case r.err != nil:
-		return OutcomeError
-	case r.code == replyOK:
-		return OutcomeRenewed
-	case r.code == replySuperseded:
-		return OutcomeSuperseded
-	}
-	return OutcomeLost
-}
-
-// A leaseSet is one command that sets a lock's lease: the one sequence by
-// which every lease is set (an acquisition's claim, Refresh, the keeper's
-// renewals, a quorum's acquisition). beginSet records it on the lease
-// clock before it is sent; the caller sends it, alone (setLease) or in a
-// pipeline of the keeper's (keeper.renew), through the Locker's backend;
-// done records its reply.
-type leaseSet struct {
-	lk   *Lock
-	id   uint64
-	args refreshArgs
-}
-
-// beginSet records that a command setting lk's lease to ttl (and issuing
-// a fence, when fence) is sent now; ok is false when lk is released, being
-// released, or lost: nothing may change its lease any more (a pass hands
-// its lease on). It and done move the lost-lock timer of KeepAlive along
-// with the lease. When a command shortens the lease (a Refresh to a
-// shorter ttl), the next renewal is made due a third of that ttl later, so
-// that the lease is renewed in time should the command never return (a
-// dead connection).
-func (lk *Lock) beginSet(ttl time.Duration, fence bool) (s leaseSet, ok bool) {
-	lk.mu.Lock()
-	if lk.released || lk.releasing || lk.lost || lk.lostWhy != nil {
-		lk.mu.Unlock()
-		return leaseSet{}, false
-	}
-	sent := time.Now()
-	id, gen, moved := lk.clock.send(sent, ttl)
-	lk.clock.ttl = ttl // a renewal sent after a Refresh sets its length
-	lk.generations = lk.generations || gen > 0
-	r := lk.renewal
-	if moved {
-		lk.moveExpiry()
-	}
-	lk.mu.Unlock()
-	if moved && r != nil {
-		lk.locker.keeper.hurry(r, sent, ttl)
-	}
-	return leaseSet{lk: lk, id: id, args: lk.refreshArgs(ttl, gen, fence)}, true
-}
-
-// done records r, the reply to s, on the lease clock, and the fence it
-// issued.
-func (s leaseSet) done(r renewReply) {
-	lk := s.lk
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	if lk.clock.record(s.id, r.outcome()) {
-		lk.moveExpiry()
-	}
-	if r.set() && s.args.fenced {
-		lk.fence = r.fences[0]
-		if lk.set != nil {
-			lk.fences = r.fences
-		}
-	}
-}
-
-// setLease sets lk's lease to ttl from now, issuing a fence when fence,
-// with one command bounded by ctx (see call), and makes ttl the lease that
-// renewals set. A reply that is lost() says that lk does not hold the key
-// (or is released or lost already: nothing was sent); the caller decides
-// what that means (Refresh: lost; an acquisition's claim: the lease ran
-// out).
-func (lk *Lock) setLease(ctx context.Context, ttl time.Duration, fence bool) (renewReply, error) {
-	s, ok := lk.beginSet(ttl, fence)
-	if !ok {
-		return renewReply{}, nil
-	}
-	l := lk.locker
-	r, err := call(ctx, l, func(ctx context.Context) (renewReply, error) {
-		r := l.backend.renew(ctx, []refreshArgs{s.args}, lk.replicas)[0]
-		s.done(r)
-		return r, r.err
-	})
-	if err == nil && r.set() {
-		lk.rescheduleRenewal()
-	}
-	return r, err
+// Drift is how much earlier than its ttl a quorum lock's lease ends on the
+// local clock (see clock.lease), Redlock's allowance: 1% of the lease for
+// the masters' clocks, which measure it, running faster than this
+// process's; and 2ms for Redis's millisecond resolution (the scripts read
+// Redis's clock cut to the millisecond, and Redis expires keys by a
+// millisecond clock).
+//
+// The clock's invariant (until never later than the expiry on a majority)
+// holds with it: the clock's argument, node by node, only uses that a
+// command sent at S that sets a lease of ttl, and that a node runs at E >=
+// S, leaves the key there until at least E + ttl on the local clock. With
+// the masters' clocks running at most 1% fast, and their millisecond
+// resolution costing at most 2ms, it leaves the key there until at least E
+// + ttl - Drift(ttl) instead: the argument goes through with every lease of
+// ttl counted as ttl - Drift(ttl), which is what the clock counts. That
+// length grows with ttl (0.99 ttl - 2ms), so comparing leases by their ttl
+// (as the clock's pruning does) still compares their lengths.
+func Drift(ttl time.Duration) time.Duration {
+	return ttl/100 + 2*time.Millisecond
 }

@@ -1,4 +1,4 @@
-package redislock
+package backend
 
 import (
 	"cmp"
@@ -10,6 +10,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seed5e0b76d9/redislock/internal/lease"
+	"github.com/seed5e0b76d9/redislock/internal/line"
+	"github.com/seed5e0b76d9/redislock/internal/scripts"
 )
 
 // A quorum Locker holds each lock on a majority of independent Redis
@@ -33,121 +37,50 @@ import (
 //     have released it; the releases on the other nodes go on;
 //   - TTL is the lease that a majority still has.
 //
-// The lease clock (see leaseClock) holds for the quorum: a command counts as
+// The lease clock (see the lease layer's clock) holds for the quorum: a command counts as
 // setting the lease only when a majority set it, and then each of those
 // nodes keeps the key at least as long as the clock says (the argument of
-// leaseClock, node by node, with each node's generations), so until is
+// the lease clock, node by node, with each node's generations), so until is
 // never later than the expiry on a majority of nodes: nobody else can take
 // a majority before it.
-type quorum struct {
-	l          *Locker     // the quorum Locker
-	nodes      []*Locker   // one per master, for its client and its timeouts
-	background *background // the quorum Locker's, which its nodes share
+type Quorum struct {
+	env   *lease.Env
+	nodes []*scripts.Redis // one per master, for its client and its timeouts
 }
 
-// NewQuorum returns a Locker whose locks are held on a majority of the
-// independent Redis masters clients (not replicas of each other, not nodes
-// of one Cluster): an odd number, usually 3 or 5 (of n masters a majority
-// is n/2+1, so a fourth master adds no tolerance to three). A lock
-// survives the loss of a minority of them: with 5 masters, any 2 may be
-// down, slow or partitioned away. The Locker has the API and contract of New's, with
-// these differences (the details are in docs/fault-tolerance.md):
-//
-//   - Obtain polls with jittered backoff (WithBackoff) instead of waiting
-//     in a line: waiting is not fair, and a release does not hand the key
-//     over. WithShared, WithPermits and WithReplicas are refused
-//     (ErrInvalidOption), and so are sets of keys (ObtainMulti,
-//     TryObtainMulti, WithLockMulti; one key too).
-//   - Each operation goes to every master at once and is decided by the
-//     fastest majority: an attempt is contention (ErrNotObtained) when a
-//     majority answered and fewer than a majority took the key, and a
-//     failure (an error joining the masters' errors) only when so many
-//     failed that a majority cannot answer. A release is decided by a
-//     majority; the other masters' releases go on in the background until
-//     each is answered or go-redis gives up on it, and Shutdown waits for
-//     them.
-//   - WithFencing's fences keep increasing across holders as long as no
-//     master forgets its counter (see quorum.fence); a fenced acquisition
-//     costs one or two more round trips.
-//   - Until allows for the drift of the masters' clocks, as Redlock does:
-//     ttl/100 + 2 ms less than the lease that a command set; a ttl below
-//     10 ms is ErrInvalidTTL.
-//
-// The restart rule: a master that loses its data forgets the locks it
-// held, and a second majority may form while they are held. Such a master
-// must stay away for longer than the longest lease, or run with
-// appendonly yes and appendfsync always. Fence counters never expire:
-// masters that issue fences need appendfsync always.
-//
-// A nil client, or no client, is reported by every call (ErrNilClient).
-func NewQuorum(clients []redis.UniversalClient, opts ...Option) *Locker {
-	o := defaultOptions().apply(opts, false)
-	if (len(clients) == 0 || slices.ContainsFunc(clients, isNil)) && o.err == nil {
-		o.err = ErrNilClient
-	}
-	l := newLocker(nil, o)
-	q := &quorum{l: l, background: l.background}
-	l.backend = q
+// NewQuorum returns the Quorum of clients, one per master, with the
+// library's keys under ns; env.Store becomes the Quorum.
+func NewQuorum(clients []redis.UniversalClient, ns string, env *lease.Env) *Quorum {
+	q := &Quorum{env: env}
+	bound := scripts.WithdrawTimeout
 	for _, c := range clients {
-		n := newLocker(c, options{namespace: o.namespace, holder: o.holder})
-		n.backend = deployment{n}
-		n.background = l.background // Shutdown waits for the masters' clean-up too
-		q.nodes = append(q.nodes, n)
+		r := scripts.NewRedis(c, ns)
+		q.nodes = append(q.nodes, r)
+		bound = max(bound, r.ReleaseBound())
 	}
-	return l
+	env.Store, env.ReleaseBound = q, bound
+	return q
 }
 
 // majority is how many nodes make a majority.
-func (q *quorum) majority() int { return len(q.nodes)/2 + 1 }
+func (q *Quorum) majority() int { return len(q.nodes)/2 + 1 }
 
 // minQuorumTTL is the shortest lease of a quorum lock: its drift
-// allowance (quorumDrift) must leave room for the round trips.
+// allowance (see lease.Drift) must leave room for the round trips.
 const minQuorumTTL = 10 * time.Millisecond
 
-// quorumDrift is how much earlier than its ttl a quorum lock's lease ends
-// on the local clock (see leaseClock.lease), Redlock's allowance: 1% of
-// the lease for the masters' clocks, which measure it, running faster than
-// this process's; and 2ms for Redis's millisecond resolution (the scripts
-// read Redis's clock cut to the millisecond, and Redis expires keys by a
-// millisecond clock).
-//
-// The lease clock's invariant (until never later than the expiry on a
-// majority) holds with it: leaseClock's argument, node by node, only uses
-// that a command sent at S that sets a lease of ttl, and that a node runs
-// at E >= S, leaves the key there until at least E + ttl on the local
-// clock. With the masters' clocks running at most 1% fast, and their
-// millisecond resolution costing at most 2ms, it leaves the key there
-// until at least E + ttl - quorumDrift(ttl) instead: the argument goes
-// through with every lease of ttl counted as ttl - quorumDrift(ttl), which
-// is what the clock counts. That length grows with ttl (0.99 ttl - 2ms),
-// so comparing leases by their ttl (as the clock's pruning does) still
-// compares their lengths.
-func quorumDrift(ttl time.Duration) time.Duration {
-	return ttl/100 + 2*time.Millisecond
-}
-
-// newQuorumLock returns the lock on key held by token since a command
-// sent at start set its lease to ttl on a majority: its lease clock allows
-// for drift.
-func newQuorumLock(l *Locker, key, token string, ttl time.Duration, start time.Time) *Lock {
-	lk := newLock(l, key, token, lockMode{}, 0, ttl, start)
-	lk.clock.drift = true
-	lk.clock.until = start.Add(lk.clock.lease(ttl))
-	return lk
-}
-
-// check refuses a lease shorter than minQuorumTTL, and the options a
+// Check refuses a lease shorter than minQuorumTTL, and the options a
 // quorum Locker does not support.
-func (q *quorum) check(o *options, ttl time.Duration) error {
+func (q *Quorum) Check(r *lease.Request) error {
 	switch {
-	case ttl < minQuorumTTL:
-		return fmt.Errorf("%w: a quorum lock's must be at least %v (got %v)", ErrInvalidTTL, minQuorumTTL, ttl)
-	case !o.mode.exclusive():
-		return fmt.Errorf("%w: WithShared and WithPermits are not supported by a quorum Locker", ErrInvalidOption)
-	case o.replicas.n > 0:
-		return fmt.Errorf("%w: WithReplicas is not supported by a quorum Locker (its nodes are masters)", ErrInvalidOption)
-	case o.multi:
-		return fmt.Errorf("%w: a set of keys (ObtainMulti) is not supported by a quorum Locker", ErrInvalidOption)
+	case r.TTL < minQuorumTTL:
+		return fmt.Errorf("%w: a quorum lock's must be at least %v (got %v)", scripts.ErrInvalidTTL, minQuorumTTL, r.TTL)
+	case !r.Mode.Exclusive():
+		return fmt.Errorf("%w: WithShared and WithPermits are not supported by a quorum Locker", scripts.ErrInvalidOption)
+	case r.Replicas.N > 0:
+		return fmt.Errorf("%w: WithReplicas is not supported by a quorum Locker (its nodes are masters)", scripts.ErrInvalidOption)
+	case r.Set:
+		return fmt.Errorf("%w: a set of keys (ObtainMulti) is not supported by a quorum Locker", scripts.ErrInvalidOption)
 	}
 	return nil
 }
@@ -162,7 +95,7 @@ type reply[T any] struct {
 // fanOut runs f on every node at once, with ctx, and returns a channel that
 // receives each node's reply; it has room for all of them, so the calls
 // never wait for a reader.
-func fanOut[T any](ctx context.Context, q *quorum, f func(ctx context.Context, n *Locker) (T, error)) <-chan reply[T] {
+func fanOut[T any](ctx context.Context, q *Quorum, f func(ctx context.Context, n *scripts.Redis) (T, error)) <-chan reply[T] {
 	ch := make(chan reply[T], len(q.nodes))
 	for i, n := range q.nodes {
 		go func() {
@@ -188,8 +121,8 @@ func straggle(ctx context.Context, d time.Duration) (context.Context, context.Ca
 // finish receives, in the background, the replies of ch that had not come
 // (got of len(q.nodes) had), handing each to late (nil: none), and then
 // calls done.
-func finish[T any](q *quorum, ch <-chan reply[T], got int, late func(reply[T]), done func()) {
-	q.background.run(func() {
+func finish[T any](q *Quorum, ch <-chan reply[T], got int, late func(reply[T]), done func()) {
+	q.env.Background.Go(func() {
 		for range len(q.nodes) - got {
 			r := <-ch
 			if late != nil {
@@ -202,7 +135,7 @@ func finish[T any](q *quorum, ch <-chan reply[T], got int, late func(reply[T]), 
 
 // gather receives replies from ch until decide says the outcome is known,
 // every node replied, or ctx ends. It returns the replies received.
-func gather[T any](ctx context.Context, q *quorum, ch <-chan reply[T], decide func([]reply[T]) bool) []reply[T] {
+func gather[T any](ctx context.Context, q *Quorum, ch <-chan reply[T], decide func([]reply[T]) bool) []reply[T] {
 	var got []reply[T]
 	for len(got) < len(q.nodes) {
 		select {
@@ -220,7 +153,7 @@ func gather[T any](ctx context.Context, q *quorum, ch <-chan reply[T], decide fu
 
 // nodeErrors joins the errors of replies, each naming its node, and err
 // (ctx's end, when the replies were cut short).
-func (q *quorum) nodeErrors(errs []error, answered int, err error) error {
+func (q *Quorum) nodeErrors(errs []error, answered int, err error) error {
 	if answered < len(q.nodes) && err != nil {
 		errs = append(errs, fmt.Errorf("%d of %d masters did not answer: %w", len(q.nodes)-answered, len(q.nodes), err))
 	}
@@ -232,7 +165,7 @@ type attemptOutcome struct {
 	taken    bool  // a majority took the key
 	err      error // nil when a majority answered (taken, or contention); else it joins the masters' errors
 	cut      bool  // ctx ended before the replies decided
-	hopeless bool  // more than a minority failed for good (see permanent): a majority cannot answer again
+	hopeless bool  // more than a minority failed for good (see scripts.Permanent): a majority cannot answer again
 }
 
 // attempt makes one acquisition of lk's key, for its token and lease.
@@ -256,35 +189,36 @@ type attemptOutcome struct {
 // came, so it runs there after the attempt did. (Checking when the outcome
 // is dealt with instead, after the decision, would give back the key on the
 // nodes of the very majority that the release is about to count.)
-func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
+func (q *Quorum) attempt(ctx context.Context, r *lease.Request, h *lease.Hold) attemptOutcome {
 	maj, n := q.majority(), len(q.nodes)
-	ttl := lk.clock.ttl
+	ttl := r.TTL
+	begun := func() bool { return h.State() != lease.Held }
 	actx, cancel := straggle(ctx, max(ttl/2, time.Millisecond))
 	var won bool
 	decided := make(chan struct{}) // closed once won is set
 	var open atomic.Int32          // nodes whose outcome finishNode has yet to see
 	open.Store(int32(n))
-	finishNode := func(node *Locker, res attemptResult, err error, late bool) {
+	finishNode := func(node *scripts.Redis, res scripts.AttemptResult, err error, late bool) {
 		<-decided
-		if (res.ours || err != nil && !refused(err)) && (!won || late) {
-			q.giveBack(node, lk.key, lk.token)
+		if (res.Ours || err != nil && !scripts.Refused(err)) && (!won || late) {
+			q.giveBack(node, h.Keys, h.Token)
 		}
 		if open.Add(-1) == 0 {
 			cancel()
 		}
-		q.background.end()
+		q.env.Background.End()
 	}
-	ch := make(chan reply[attemptResult], n)
+	ch := make(chan reply[scripts.AttemptResult], n)
 	for i, node := range q.nodes {
-		q.background.begin() // ended by settleNode
+		q.env.Background.Begin() // ended by finishNode
 		go func() {
-			a := attemptArgs{key: lk.key, token: lk.token, holder: lk.locker.opts.holder, ttl: ttl}
-			res, err := bounded(actx, node.direct, func(ctx context.Context) (attemptResult, error) {
-				return runAttempt(ctx, node.client, node.keys, a)
-			}, func(res attemptResult, err error) { finishNode(node, res, err, releaseBegun(lk)) })
-			late := releaseBegun(lk) // before the reply can count for the lock
-			ch <- reply[attemptResult]{i, res, err}
-			if !isAbandoned(err) {
+			a := scripts.AttemptArgs{Keys: h.Keys, Token: h.Token, Holder: r.Holder, TTL: ttl}
+			res, err := scripts.Bounded(actx, node.Timing.Direct, func(ctx context.Context) (scripts.AttemptResult, error) {
+				return node.Attempt(ctx, a)
+			}, func(res scripts.AttemptResult, err error) { finishNode(node, res, err, begun()) })
+			late := begun() // before the reply can count for the lock
+			ch <- reply[scripts.AttemptResult]{i, res, err}
+			if !scripts.IsAbandoned(err) {
 				finishNode(node, res, err, late)
 			}
 		}()
@@ -296,17 +230,17 @@ func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 		answered, failed := ours+other, len(errs)
 		return ours >= maj || failed > n-maj || (answered >= maj && other+failed > n-maj)
 	}
-	gather(ctx, q, ch, func(got []reply[attemptResult]) bool {
+	gather(ctx, q, ch, func(got []reply[scripts.AttemptResult]) bool {
 		r := got[len(got)-1]
 		switch {
-		case r.err != nil && isCtxErr(r.err) && ended(ctx):
+		case r.err != nil && scripts.IsCtxErr(r.err) && scripts.Ended(ctx):
 			return true // the caller's deadline: that says nothing about the master
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("master %d: %w", r.node, r.err))
-			if permanent(r.err) {
+			if scripts.Permanent(r.err) {
 				lost++
 			}
-		case r.v.ours:
+		case r.v.Ours:
 			ours++
 		default:
 			other++
@@ -334,75 +268,76 @@ func (q *quorum) attempt(ctx context.Context, lk *Lock) attemptOutcome {
 // for as long as go-redis may take with a command: a master that was
 // frozen when the attempt was given up runs the attempt when it thaws, and
 // must see the give-back too.
-func (q *quorum) giveBack(node *Locker, key, token string) {
-	q.background.run(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), node.releaseBound())
+func (q *Quorum) giveBack(node *scripts.Redis, keys []string, token string) {
+	q.env.Background.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), node.ReleaseBound())
 		defer cancel()
 		for {
-			_, err := runRelease(ctx, node.client, node.keys, releaseArgs{key: key, token: token, spend: node.spendFor()})
-			if err == nil || refused(err) || errors.Is(err, redis.ErrClosed) || sleep(ctx, nil, renewRetry) != nil {
+			_, err := node.Release(ctx, scripts.ReleaseArgs{Keys: keys, Token: token, Spend: node.SpendFor()})
+			if err == nil || scripts.Refused(err) || errors.Is(err, redis.ErrClosed) || scripts.Sleep(ctx, nil, lease.RenewRetry) != nil {
 				return
 			}
 		}
 	})
 }
 
-// acquire is Locker.acquire for a quorum Locker: it makes attempts, with
+// Acquire is Node.Acquire for a quorum: it makes attempts, with
 // jittered backoff between them (o.wait == 0: one), until one takes the key
 // on a majority, ctx ends, or trying again cannot help: more than a
 // minority of the masters failed for good (a closed client, an error reply
-// that is not transient: see permanent), so a majority cannot answer. It
+// that is not transient: see scripts.Permanent), so a majority cannot answer. It
 // also returns how many attempts it made.
 //
 // An attempt that ctx cut short says nothing about Redis: when the wait
 // ends, the verdict is that of the last attempt the replies decided
 // (contention: ErrNotObtained), or the cut one's when it was the first.
-func (q *quorum) acquire(ctx context.Context, key string, ttl time.Duration, o *options) (*Lock, int, error) {
-	l := q.l
-	backoff := o.minBackoff
+func (q *Quorum) Acquire(ctx context.Context, r *lease.Request) (*lease.Hold, int, error) {
+	backoff := r.MinBackoff
 	var last error // the last decided attempt's error: nil for contention
 	for attempts := 1; ; attempts++ {
-		lk := newQuorumLock(l, key, newToken(), ttl, time.Now())
-		a := q.attempt(ctx, lk)
+		h := q.env.NewQuorumHold(r, scripts.NewToken(), time.Now())
+		a := q.attempt(ctx, r, h)
 		if a.taken {
-			if err := q.claim(ctx, lk, ttl, o.fencing); err != nil {
+			if err := q.claim(ctx, r, h); err != nil {
 				return nil, attempts, err
 			}
-			return lk, attempts, nil
+			return h, attempts, nil
 		}
 		if !a.cut || attempts == 1 {
 			last = a.err
 		}
-		if last != nil && (o.wait == 0 || a.hopeless) {
-			return nil, attempts, failed("acquire", key, last)
+		if last != nil && (r.Try || a.hopeless) {
+			return nil, attempts, scripts.Failed("acquire", r.Key(), last)
 		}
-		if o.wait == 0 {
-			return nil, attempts, notObtained(quoteKey(key), nil, leaseUnknown*time.Millisecond)
+		if r.Try {
+			return nil, attempts, line.NotObtained(r.Keys, nil, scripts.LeaseUnknown)
 		}
-		if sleep(ctx, nil, backoff) != nil || ctx.Err() != nil {
+		if scripts.Sleep(ctx, nil, backoff) != nil || ctx.Err() != nil {
 			if last != nil {
-				return nil, attempts, waitFailed(key, ctx.Err(), last)
+				return nil, attempts, scripts.WaitFailed(r.Key(), ctx.Err(), last)
 			}
-			return nil, attempts, notObtained(quoteKey(key), ctx.Err(), leaseUnknown*time.Millisecond)
+			return nil, attempts, line.NotObtained(r.Keys, ctx.Err(), scripts.LeaseUnknown)
 		}
-		backoff = nextBackoff(backoff, o.minBackoff, o.maxBackoff)
+		backoff = line.NextBackoff(backoff, r.MinBackoff, r.MaxBackoff)
 	}
 }
 
 // claim finishes an acquisition that took the key on a majority: it issues
 // the fence when fenced (see fence: not by the renewal, which would take
 // one from each master's counter), and then makes the lease fit ttl as any
-// acquisition's (see Locker.claim). On failure the key is given back.
-func (q *quorum) claim(ctx context.Context, lk *Lock, ttl time.Duration, fenced bool) error {
-	if fenced {
-		fence, err := q.fence(ctx, lk.key)
+// acquisition's (see lease.Hold.Claim). On failure the key is given back.
+func (q *Quorum) claim(ctx context.Context, r *lease.Request, h *lease.Hold) error {
+	if r.Fenced {
+		fence, err := q.fence(ctx, r.Key())
 		if err != nil {
-			await(ctx, q.l.releaseLater(lk), withdrawWait)
-			return failed("acquire", lk.key, err)
+			scripts.Await(ctx, h.GiveBack(), lease.WithdrawWait)
+			return scripts.Failed("acquire", r.Key(), err)
 		}
-		lk.fence = fence
+		h.SetFences([]int64{fence})
 	}
-	return q.l.claim(ctx, lk, ttl, false, false)
+	unfenced := *r
+	unfenced.Fenced = false
+	return h.Claim(ctx, &unfenced, false)
 }
 
 // fence issues the fence of an acquisition that holds key on a majority.
@@ -423,10 +358,10 @@ func (q *quorum) claim(ctx context.Context, lk *Lock, ttl time.Duration, fenced 
 // The first step increments every counter and takes the highest value f
 // from the first majority that answers; when fewer than a majority returned
 // f, the second step raises the counters to f on a majority.
-func (q *quorum) fence(ctx context.Context, key string) (int64, error) {
+func (q *Quorum) fence(ctx context.Context, key string) (int64, error) {
 	maj := q.majority()
-	incr := gatherAll(ctx, q, func(ctx context.Context, n *Locker) (int64, error) {
-		return runFenceStep(ctx, n.client, n.keys, key, 0)
+	incr := gatherAll(ctx, q, func(ctx context.Context, n *scripts.Redis) (int64, error) {
+		return n.FenceStep(ctx, key, 0)
 	}, majorityOK[int64](q))
 	if len(incr.ok) < maj {
 		return 0, fmt.Errorf("issue the fence: %w", q.nodeErrors(incr.errs, incr.answered, ctx.Err()))
@@ -435,8 +370,8 @@ func (q *quorum) fence(ctx context.Context, key string) (int64, error) {
 	if count(incr.ok, f) >= maj {
 		return f, nil
 	}
-	raise := gatherAll(ctx, q, func(ctx context.Context, n *Locker) (int64, error) {
-		return runFenceStep(ctx, n.client, n.keys, key, f)
+	raise := gatherAll(ctx, q, func(ctx context.Context, n *scripts.Redis) (int64, error) {
+		return n.FenceStep(ctx, key, f)
 	}, majorityOK[int64](q))
 	if len(raise.ok) < maj {
 		return 0, fmt.Errorf("issue the fence: %w", q.nodeErrors(raise.errs, raise.answered, ctx.Err()))
@@ -466,9 +401,9 @@ type results[T any] struct {
 // gatherAll runs f on every node and gathers the replies until decided
 // says they are enough, every node replied, or ctx ends. Each call is
 // bounded by ctx.
-func gatherAll[T any](ctx context.Context, q *quorum, f func(ctx context.Context, n *Locker) (T, error), decided func(results[T]) bool) results[T] {
-	ch := fanOut(ctx, q, func(ctx context.Context, n *Locker) (T, error) {
-		return bounded(ctx, n.direct, func(ctx context.Context) (T, error) { return f(ctx, n) }, nil)
+func gatherAll[T any](ctx context.Context, q *Quorum, f func(ctx context.Context, n *scripts.Redis) (T, error), decided func(results[T]) bool) results[T] {
+	ch := fanOut(ctx, q, func(ctx context.Context, n *scripts.Redis) (T, error) {
+		return scripts.Bounded(ctx, n.Timing.Direct, func(ctx context.Context) (T, error) { return f(ctx, n) }, nil)
 	})
 	var res results[T]
 	gather(ctx, q, ch, func(got []reply[T]) bool {
@@ -486,26 +421,26 @@ func gatherAll[T any](ctx context.Context, q *quorum, f func(ctx context.Context
 
 // majorityOK is gatherAll's decided for an operation that needs a majority
 // of successful replies.
-func majorityOK[T any](q *quorum) func(results[T]) bool {
+func majorityOK[T any](q *Quorum) func(results[T]) bool {
 	return func(r results[T]) bool { return len(r.ok) >= q.majority() }
 }
 
-// renew renews each lease of calls on every node, in one pipeline per
+// Renew renews each lease of sets on every node, in one pipeline per
 // node, and returns a reply per lease once the replies decide it: 1 when a
 // majority set the lease, 0 (lost) when so many no longer hold it that a
 // majority cannot, 2 when a majority holds it but not a majority set it (a
 // later command had run), -1 (failed) otherwise. (A quorum Locker's locks
 // take no WithReplicas: see check.)
-func (q *quorum) renew(ctx context.Context, calls []refreshArgs, _ replicas) []renewReply {
+func (q *Quorum) Renew(ctx context.Context, calls []lease.Set) []lease.Reply {
 	maj, n := q.majority(), len(q.nodes)
 	sctx, cancel := straggle(ctx, time.Hour)
-	ch := fanOut(sctx, q, func(ctx context.Context, node *Locker) ([]*redis.Cmd, error) {
-		return bounded(ctx, node.direct, func(ctx context.Context) ([]*redis.Cmd, error) {
-			run := make([]scriptCall, len(calls))
-			for i, a := range calls {
-				run[i] = a.call(node.keys)
+	ch := fanOut(sctx, q, func(ctx context.Context, node *scripts.Redis) ([]*redis.Cmd, error) {
+		return scripts.Bounded(ctx, node.Timing.Direct, func(ctx context.Context) ([]*redis.Cmd, error) {
+			run := make([]scripts.Call, len(calls))
+			for i, s := range calls {
+				run[i] = s.Args.Call(node.Keys)
 			}
-			cmds, _, _, err := runPipeline(ctx, node.client, run, replicas{})
+			cmds, _, err := scripts.Pipeline(ctx, node.Client, run, scripts.Replicas{})
 			return cmds, err
 		}, nil)
 	})
@@ -525,15 +460,15 @@ func (q *quorum) renew(ctx context.Context, calls []refreshArgs, _ replicas) []r
 			var code int64
 			err := r.err
 			if err == nil {
-				code, _, err = parseRefresh(r.v[i])
+				code, _, _, err = scripts.ParseRefresh(r.v[i])
 			}
 			switch {
 			case err != nil:
 				errs[i] = append(errs[i], fmt.Errorf("master %d: %w", r.node, err))
-			case code == replyOK:
+			case code == scripts.ReplyOK:
 				set[i]++
 				held[i]++
-			case code == replySuperseded:
+			case code == scripts.ReplySuperseded:
 				held[i]++
 			default:
 				lost[i]++
@@ -542,30 +477,30 @@ func (q *quorum) renew(ctx context.Context, calls []refreshArgs, _ replicas) []r
 		return decided()
 	})
 	finish(q, ch, len(got), nil, cancel)
-	replies := make([]renewReply, len(calls))
-	for i, a := range calls {
+	replies := make([]lease.Reply, len(calls))
+	for i, s := range calls {
 		switch {
 		case set[i] >= maj:
-			replies[i] = renewReply{code: replyOK}
+			replies[i] = lease.Reply{Code: scripts.ReplyOK, Fences: make([]int64, 1)}
 		case lost[i] > n-maj:
-			replies[i] = renewReply{code: replyNotOurs}
+			replies[i] = lease.Reply{Code: scripts.ReplyNotOurs}
 		case held[i] >= maj:
-			replies[i] = renewReply{code: replySuperseded}
+			replies[i] = lease.Reply{Code: scripts.ReplySuperseded}
 		default:
-			replies[i] = renewReply{err: failed("renew", a.key, q.nodeErrors(errs[i], len(got), ctx.Err()))}
+			replies[i] = lease.Reply{Err: scripts.Failed("renew", s.H.Keys[0], q.nodeErrors(errs[i], len(got), ctx.Err()))}
 		}
 	}
 	return replies
 }
 
-// pttl returns the lease that a majority of nodes still has for lk: the
-// majority-th longest of their leases; leaseNotHeld when so many nodes no
-// longer hold it that a majority cannot.
-func (q *quorum) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
+// PTTL returns the lease that a majority of nodes still has for h: the
+// majority-th longest of their leases; scripts.LeaseNotHeld when so many
+// nodes no longer hold it that a majority cannot.
+func (q *Quorum) PTTL(ctx context.Context, h *lease.Hold) (time.Duration, error) {
 	maj, n := q.majority(), len(q.nodes)
-	ch := fanOut(ctx, q, func(ctx context.Context, node *Locker) (time.Duration, error) {
-		return bounded(ctx, node.direct, func(ctx context.Context) (time.Duration, error) {
-			return runPTTL(ctx, node.client, []string{node.keys.lock(lk.key)}, lk.token, lockMode{})
+	ch := fanOut(ctx, q, func(ctx context.Context, node *scripts.Redis) (time.Duration, error) {
+		return scripts.Bounded(ctx, node.Timing.Direct, func(ctx context.Context) (time.Duration, error) {
+			return node.PTTL(ctx, h.Keys, h.Token, scripts.Mode{})
 		}, nil)
 	})
 	var left []time.Duration
@@ -576,7 +511,7 @@ func (q *quorum) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 		switch {
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("master %d: %w", r.node, r.err))
-		case r.v == leaseNotHeld*time.Millisecond:
+		case r.v == scripts.LeaseNotHeld:
 			lost++
 		default:
 			left = append(left, r.v)
@@ -588,45 +523,46 @@ func (q *quorum) pttl(ctx context.Context, lk *Lock) (time.Duration, error) {
 		slices.Sort(left)
 		return left[len(left)-maj], nil
 	case lost > n-maj:
-		return leaseNotHeld * time.Millisecond, nil
+		return scripts.LeaseNotHeld, nil
 	}
 	return 0, q.nodeErrors(errs, len(got), ctx.Err())
 }
 
-// release releases lk on every node and returns as soon as the replies
-// decide: released when a majority released it (a node whose release
-// go-redis sent again, and that answered before Until that it did not hold
-// the key, counts as one that did: see Lock.releasedBy); notHeld (false,
-// nil) when so many did not hold it that a majority cannot have released
-// it; an error when neither can be known any more (too many failed), or,
-// marked abandoned (the releases go on), when ctx ended first.
+// Release releases h on every node and returns as soon as the replies
+// decide (see lease.Store): released when a majority released it (a node
+// whose release go-redis may have sent twice, and that answered before
+// Until that it did not hold the key, counts as one that did: see
+// lease.Hold.Ended); not held when so many did not hold it that a majority
+// cannot have released it; an error when neither can be known any more
+// (too many failed), or, saying that the releases go on, when ctx ended
+// first.
 //
 // Each node's release goes on after that, in the background (see Shutdown), until
 // it is answered or go-redis gives up on it, with a deadline of the node's
 // releaseBound: not with ctx, which a client that stops at deadlines
 // (ContextTimeoutEnabled) would abandon at the caller's deadline, leaving
 // the lock on that node for its lease.
-func (q *quorum) release(ctx context.Context, lk *Lock) (lost []string, _ int, err error) {
+func (q *Quorum) Release(ctx context.Context, h *lease.Hold) error {
 	maj, n := q.majority(), len(q.nodes)
-	ch := make(chan reply[releaseResult], n)
+	ch := make(chan reply[scripts.ReleaseResult], n)
 	for i, node := range q.nodes {
-		q.background.run(func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), node.releaseBound())
+		q.env.Background.Go(func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), node.ReleaseBound())
 			defer cancel()
-			// spend: the token is spent also on a master it held nothing on,
+			// Spent: the token is spent also on a master it held nothing on,
 			// so that a late copy of its attempt takes nothing there.
-			res, err := runRelease(rctx, node.client, node.keys, releaseArgs{key: lk.key, token: lk.token, spend: node.spendFor()})
-			ch <- reply[releaseResult]{i, res, err}
+			res, err := node.Release(rctx, scripts.ReleaseArgs{Keys: h.Keys, Token: h.Token, Spend: node.SpendFor()})
+			ch <- reply[scripts.ReleaseResult]{i, res, err}
 		})
 	}
 	var ok, notHeld int
 	var errs []error
-	gather(ctx, q, ch, func(got []reply[releaseResult]) bool {
+	gather(ctx, q, ch, func(got []reply[scripts.ReleaseResult]) bool {
 		r := got[len(got)-1]
 		switch {
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("master %d: %w", r.node, r.err))
-		case r.v.released, r.v.resent && lk.releasedBy(false, true):
+		case r.v.Released, r.v.Resent && h.MayHaveReleased():
 			ok++
 		default:
 			notHeld++
@@ -636,22 +572,44 @@ func (q *quorum) release(ctx context.Context, lk *Lock) (lost []string, _ int, e
 	})
 	switch {
 	case ok >= maj:
-		return nil, 0, nil
+		return h.Ended(nil, false, nil)
 	case notHeld > n-maj:
-		return []string{lk.key}, 0, nil
+		return h.Ended(h.Keys, false, nil)
 	}
-	err = errors.Join(errs...)
+	err := errors.Join(errs...)
 	if answered := ok + notHeld + len(errs); answered < n {
 		err = errors.Join(err, fmt.Errorf("%d of %d masters did not answer: %w", n-answered, n, ctx.Err()))
 	}
 	err = fmt.Errorf("%d of %d masters released the lock and %d did not hold it, too few to decide (a majority is %d): %w", ok, n, notHeld, maj, err)
 	if ctx.Err() != nil {
-		return nil, 0, abandonedError{err} // the releases go on
+		_ = h.Ended(nil, false, nil) // the releases go on: it is not held any more
+		return scripts.GoesOn(h.Keys, err)
 	}
-	return nil, 0, err
+	return h.Ended(nil, false, err)
 }
 
-// inspect is Locker.Inspect for a quorum Locker: the holders that a
+// GiveBack is Release for a hold that no caller waits for (see
+// lease.Store), bounded by the release bound.
+func (q *Quorum) GiveBack(h *lease.Hold) <-chan struct{} {
+	done := make(chan struct{})
+	q.env.Background.Go(func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), q.env.ReleaseBound)
+		defer cancel()
+		_ = q.Release(ctx, h)
+	})
+	return done
+}
+
+// Batch returns "": the keeper renews a quorum's leases in one pipeline
+// per master.
+func (q *Quorum) Batch(*lease.Hold) string { return "" }
+
+// Shutdown returns at once: a quorum has no lines, and its background work
+// is its Locker's.
+func (q *Quorum) Shutdown(context.Context) error { return nil }
+
+// Inspect is Node.Inspect for a quorum: the holders that a
 // majority of the masters report, each with the lease a majority of them
 // still has; the highest fence any reports. Nobody waits in a line.
 //
@@ -667,10 +625,10 @@ func (q *quorum) release(ctx context.Context, lk *Lock) (lost []string, _ int, e
 // token takes nothing again), so one read there before the last answer and
 // one after it show it was there when the last answer was read; and the
 // leases are those of the new reads.
-func (q *quorum) inspect(ctx context.Context, key string) (Info, error) {
+func (q *Quorum) Inspect(ctx context.Context, key string) (scripts.Info, error) {
 	maj, n := q.majority(), len(q.nodes)
-	read := func(ctx context.Context, node *Locker) (nodeInfo, error) {
-		info, err := runInspect(ctx, node.client, node.keys, key)
+	read := func(ctx context.Context, node *scripts.Redis) (nodeInfo, error) {
+		info, err := node.Inspect(ctx, key)
 		return nodeInfo{node, info}, err
 	}
 	waited := false
@@ -680,10 +638,10 @@ func (q *quorum) inspect(ctx context.Context, key string) (Info, error) {
 		return decided
 	})
 	if len(all.ok) < maj {
-		return Info{}, q.nodeErrors(all.errs, all.answered, ctx.Err())
+		return scripts.Info{}, q.nodeErrors(all.errs, all.answered, ctx.Err())
 	}
 	if !decidedBy(all.ok, n, maj) {
-		return Info{}, fmt.Errorf("the masters that answered (%d of %d) disagree on who holds %q, and a majority is %d: %w",
+		return scripts.Info{}, fmt.Errorf("the masters that answered (%d of %d) disagree on who holds %q, and a majority is %d: %w",
 			len(all.ok), n, key, maj, errors.Join(append(all.errs, ctx.Err())...))
 	}
 	answers := all.ok
@@ -691,17 +649,17 @@ func (q *quorum) inspect(ctx context.Context, key string) (Info, error) {
 		last := len(answers) - 1
 		again, err := readAgain(ctx, answers[:last], read)
 		if err != nil {
-			return Info{}, fmt.Errorf("the masters disagreed on who holds %q, and reading them again failed: %w", key, err)
+			return scripts.Info{}, fmt.Errorf("the masters disagreed on who holds %q, and reading them again failed: %w", key, err)
 		}
 		answers = append(again, answers[last])
 	}
-	return infoOf(key, answers, maj), nil
+	return infoOf(answers, maj), nil
 }
 
 // A nodeInfo is one master's answer to Inspect.
 type nodeInfo struct {
-	node *Locker
-	Info
+	node *scripts.Redis
+	scripts.Info
 }
 
 // decidedBy says whether answers, of as many masters of n, decide every
@@ -714,7 +672,7 @@ func decidedBy(answers []nodeInfo, n, maj int) bool {
 		for _, h := range a.Holders {
 			count[h.Token]++
 		}
-		if a.Mode == ModeOther {
+		if a.Other() {
 			other++
 		}
 	}
@@ -729,11 +687,11 @@ func decidedBy(answers []nodeInfo, n, maj int) bool {
 
 // readAgain reads the masters of answers again, at once, and returns their
 // new answers, or the errors of those that failed.
-func readAgain(ctx context.Context, answers []nodeInfo, read func(context.Context, *Locker) (nodeInfo, error)) ([]nodeInfo, error) {
+func readAgain(ctx context.Context, answers []nodeInfo, read func(context.Context, *scripts.Redis) (nodeInfo, error)) ([]nodeInfo, error) {
 	ch := make(chan reply[nodeInfo], len(answers))
 	for i, a := range answers {
 		go func() {
-			v, err := bounded(ctx, a.node.direct, func(ctx context.Context) (nodeInfo, error) { return read(ctx, a.node) }, nil)
+			v, err := scripts.Bounded(ctx, a.node.Timing.Direct, func(ctx context.Context) (nodeInfo, error) { return read(ctx, a.node) }, nil)
 			ch <- reply[nodeInfo]{i, v, err}
 		}()
 	}
@@ -753,25 +711,29 @@ func readAgain(ctx context.Context, answers []nodeInfo, read func(context.Contex
 // a majority (maj) report, with the lease a majority of them still has;
 // the mode a majority report, when someone holds the key or it holds data
 // of another kind; the highest fence.
-func infoOf(key string, answers []nodeInfo, maj int) Info {
-	info := Info{Key: key}
-	held := map[string][]Holder{}
-	modes := map[Mode]int{}
+func infoOf(answers []nodeInfo, maj int) scripts.Info {
+	var info scripts.Info
+	held := map[string][]scripts.Holder{}
+	modes := map[string]int{}
 	for _, a := range answers {
 		info.Fence = max(info.Fence, a.Fence)
-		modes[a.Mode]++
+		m := a.Mode
+		if a.Other() {
+			m = "other"
+		}
+		modes[m]++
 		for _, h := range a.Holders {
 			held[h.Token] = append(held[h.Token], h)
 		}
 	}
 	for _, hs := range held {
 		if len(hs) >= maj {
-			slices.SortFunc(hs, func(a, b Holder) int { return cmp.Compare(a.TTL, b.TTL) })
+			slices.SortFunc(hs, func(a, b scripts.Holder) int { return cmp.Compare(a.TTL, b.TTL) })
 			info.Holders = append(info.Holders, hs[len(hs)-maj]) // the lease a majority still has
 		}
 	}
 	for m, c := range modes { // at most one mode has a majority
-		if c >= maj && (len(info.Holders) > 0 || m == ModeOther) {
+		if c >= maj && (len(info.Holders) > 0 || m == "other") {
 			info.Mode = m
 		}
 	}

@@ -1,4 +1,4 @@
-package redislock
+package scripts
 
 import (
 	"flag"
@@ -46,7 +46,7 @@ func TestScripts_SharedValuesByName(t *testing.T) {
 		b, _ := luaFiles.ReadFile("lua/" + f.Name())
 		for i, line := range strings.Split(string(b), "\n") {
 			code, _, _ := strings.Cut(line, "--")
-			if strings.Contains(code, layout) || bareReturn.MatchString(code) {
+			if strings.Contains(code, Layout) || bareReturn.MatchString(code) {
 				t.Errorf("lua/%s:%d: a shared value spelled out: %s", f.Name(), i+1, strings.TrimSpace(line))
 			}
 		}

@@ -1,4 +1,4 @@
-package redislock
+package scripts
 
 import (
 	"errors"
@@ -27,7 +27,7 @@ func TestFailed_OldRedisSaysWhichVersion(t *testing.T) {
 		"ERR Error running script (call to f_1a2b): @user_script:9: Unknown Redis command called from script",
 		"ERR unknown command 'spublish', with args beginning with: ",
 	} {
-		err := failed("acquire", "k", replyError(reply))
+		err := Failed("acquire", "k", replyError(reply))
 		if !strings.Contains(err.Error(), "(redislock needs Redis 7.0 or newer)") {
 			t.Errorf("%q: %v", reply, err)
 		}
@@ -35,16 +35,16 @@ func TestFailed_OldRedisSaysWhichVersion(t *testing.T) {
 			t.Errorf("%q: not one prefix and the key: %v", reply, err)
 		}
 		var rerr redis.Error
-		if !errors.As(err, &rerr) || !permanent(err) {
+		if !errors.As(err, &rerr) || !Permanent(err) {
 			t.Errorf("%q: the reply is not kept in the chain, or waiting would go on: %v", reply, err)
 		}
 	}
 }
 
-// An error of this package wrapped by failed keeps one "redislock:" prefix
+// An error of the library wrapped by Failed keeps one "redislock:" prefix
 // and names the key once.
 func TestFailed_OnePrefix(t *testing.T) {
-	err := failed("acquire", "pool", refusal{wrongKind("permits:2", lockMode{permits: 3})})
+	err := Failed("acquire", "pool", Refuse(wrongKind("permits:2", Mode{Permits: 3})))
 	want := `redislock: acquire "pool": the key holds another kind of lock or data: a semaphore of 2 permits, where this call asks for a permit of a semaphore of 3 (WithPermits)`
 	if err.Error() != want {
 		t.Errorf("got  %s\nwant %s", err, want)
