@@ -278,11 +278,14 @@ func (lk *Lock) end(ctx context.Context) error {
 		if ctx.Done() == nil {
 			reply, err = lk.drop(ctx)
 		} else { // it goes on when the caller stops waiting (see detached)
-			l.background.begin()
-			reply, err = detached(ctx, l.releaseBound(), func(ctx context.Context) (dropReply, error) {
+			l.background.begin() // ended by the caller, or by late once the caller left
+			reply, err = detached(ctx, l.releaseBound(), lk.drop, func(reply dropReply, err error) {
 				defer l.background.end()
-				return lk.drop(ctx)
-			}, nil)
+				lk.dropLate(ctx, reply, err)
+			})
+			if !isAbandoned(err) {
+				l.background.end()
+			}
 		}
 	}
 	var lost []string
@@ -325,6 +328,24 @@ func (lk *Lock) droppable() bool {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
 	return lk.plain && !lk.lined && !lk.generations && !lk.resent && !lk.firstAttempt.mayRun()
+}
+
+// dropLate finishes the release of lk whose drop its caller stopped waiting
+// for (ctx, the caller's, ended), with drop's outcome: a key that is not
+// plain any more (someone waits in its line) is released with release.lua,
+// which hands it on, within releaseBound; the hand-off is reported then.
+// The caller's Release has returned, saying the release goes on: nobody else
+// would finish it, and the key would wait out its lease.
+func (lk *Lock) dropLate(ctx context.Context, reply dropReply, err error) {
+	if err != nil || reply.code != replyNotPlain {
+		return // released, not ours, or go-redis gave up: the lease ends it
+	}
+	l := lk.locker
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.releaseBound())
+	defer cancel()
+	if _, n, err := l.backend.release(rctx, lk); err == nil {
+		l.handedOff(ctx, lk.key, false, n)
+	}
 }
 
 // A dropReply is drop.lua's reply: replyOK, replyNotOurs or replyNotPlain,
