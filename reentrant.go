@@ -43,7 +43,7 @@ type heldKey struct{}
 
 // held is the list of the locks a context carries, innermost first.
 type held struct {
-	lk   *Lock // an acquisition (never a joining handle)
+	lk   *Lock // the handle given to Context: FromContext returns it, joins join its acquisition
 	next *held
 }
 
@@ -56,7 +56,7 @@ func (lk *Lock) Context(parent context.Context) context.Context {
 		return parent
 	}
 	next, _ := parent.Value(heldKey{}).(*held)
-	return context.WithValue(parent, heldKey{}, &held{lk: lk.acquisition(), next: next})
+	return context.WithValue(parent, heldKey{}, &held{lk: lk, next: next})
 }
 
 // FromContext returns the lock ctx carries (see Lock.Context): in the fn of
@@ -93,7 +93,7 @@ func (l *Locker) carried(ctx context.Context, key string, m lockMode) []*Lock {
 	}
 	var lks []*Lock
 	for h, _ := ctx.Value(heldKey{}).(*held); h != nil; h = h.next {
-		if a := h.lk; a.locker == l && slices.Contains(keysOf(a.key, a.set), key) && a.mode.permits == 0 {
+		if a := h.lk.acquisition(); a.locker == l && slices.Contains(keysOf(a.key, a.set), key) && a.mode.permits == 0 {
 			lks = append(lks, a)
 		}
 	}
