@@ -236,7 +236,10 @@ func (lk *Lock) release(ctx context.Context, finally bool) error {
 	if !last {
 		return nil // another handle holds it still (see reentrant.go)
 	}
-	err := a.end(ctx)
+	lost, err := a.end(ctx)
+	if lost != nil {
+		err = a.notHeld(lost)
+	}
 	switch {
 	case err == nil, errors.Is(err, ErrNotHeld), a.isReleased():
 	case finally:
@@ -252,25 +255,28 @@ func (lk *Lock) release(ctx context.Context, finally bool) error {
 // end releases the acquisition lk, whose last handle ended: it passes it
 // to the Locker's next waiting Obtain when it may (see lines.pass), drops a
 // plain lock with one command (see drop), and releases any other through
-// the Locker's backend.
-func (lk *Lock) end(ctx context.Context) error {
+// the Locker's backend. It returns the keys the release found not held by
+// lk (lost: nil when it released them all, or when the error says why
+// not), for the caller's ErrNotHeld to name (see notHeld; a set across
+// slots names those its parts found: see endAcross).
+func (lk *Lock) end(ctx context.Context) (lost []string, _ error) {
 	if !lk.beginRelease() {
-		return lk.notHeld(nil)
+		return nil, lk.notHeld(nil)
 	}
 	lk.stopKeeping()
 	if lk.parts != nil {
-		return lk.endAcross(ctx)
+		return nil, lk.endAcross(ctx)
 	}
 	l := lk.locker
 	passed, lined := l.lines.pass(lk)
 	if passed {
 		l.handedOff(ctx, lk.key, true, 1)
-		return nil
+		return nil, nil
 	}
 	if err := ctx.Err(); err != nil {
 		lk.markReleased()
 		l.releaseLater(lk)
-		return goesOn(lk.key, err)
+		return nil, goesOn(lk.key, err)
 	}
 	reply := dropReply{code: replyNotPlain}
 	var err error
@@ -288,7 +294,6 @@ func (lk *Lock) end(ctx context.Context) error {
 			}
 		}
 	}
-	var lost []string
 	var handoffs int
 	if err == nil && reply.code == replyNotPlain {
 		lost, handoffs, err = l.backend.release(ctx, lk)
@@ -298,26 +303,23 @@ func (lk *Lock) end(ctx context.Context) error {
 	switch {
 	case isAbandoned(err):
 		lk.markReleased()
-		return goesOn(lk.key, err)
+		return nil, goesOn(lk.key, err)
 	case ended(ctx) && err != nil:
 		// go-redis stopped at the deadline (ContextTimeoutEnabled): the
 		// release may not have run; run it again in the background.
 		lk.markReleased()
 		l.releaseLater(lk)
-		return goesOn(lk.key, err)
+		return nil, goesOn(lk.key, err)
 	case err != nil:
 		lk.mu.Lock()
 		lk.releasing = false // Release may be called again
 		lk.unsure = lk.unsure || !refused(err)
 		lk.mu.Unlock()
-		return failed("release", lk.key, err)
+		return nil, failed("release", lk.key, err)
 	}
 	lk.markReleased() // held or not, it is not ours any more
 	l.handedOff(ctx, lk.key, false, handoffs)
-	if lost != nil {
-		return lk.notHeld(lost)
-	}
-	return nil
+	return lost, nil
 }
 
 // droppable reports whether lk is still a plain lock that drop may

@@ -288,12 +288,17 @@ func (lk *Lock) ttlAcross(ctx context.Context) (time.Duration, error) {
 }
 
 // acrossErr is the error of an operation on a set across slots whose parts
-// returned errs: ErrNotHeld when a part was not held (the set is lost),
+// returned errs (one per part, in order): ErrNotHeld when a part was not
+// held (the set is lost, for the reason the part found: it names the key),
 // else the parts' errors joined.
 func (lk *Lock) acrossErr(ctx context.Context, errs []error) error {
-	for _, err := range errs {
+	for i, err := range errs {
 		if errors.Is(err, ErrNotHeld) {
-			lk.lose(ctx, lk.gone(0))
+			why := lk.parts[i].lostReason()
+			if why == nil {
+				why = lk.gone(0)
+			}
+			lk.lose(ctx, why)
 			return lk.notHeld(nil)
 		}
 	}
@@ -302,14 +307,21 @@ func (lk *Lock) acrossErr(ctx context.Context, errs []error) error {
 
 // endAcross is end for a set across slots, whose release has begun: it
 // releases every part; a part that Redis failed goes on in the background.
+// Its ErrNotHeld names the keys the parts' releases found lost, and no
+// other (all of a part's keys when it did not say which: it was released
+// before).
 func (lk *Lock) endAcross(ctx context.Context) error {
 	var lost []string
 	var errs []error
 	for _, p := range lk.parts {
-		err := p.end(ctx)
+		missing, err := p.end(ctx)
 		switch {
+		case missing != nil:
+			lost = append(lost, missing...)
+			continue
 		case errors.Is(err, ErrNotHeld):
 			lost = append(lost, keysOf(p.key, p.set)...)
+			continue
 		case err != nil && !isBackground(err) && !p.isReleased():
 			lk.locker.releaseLater(p)
 			err = fmt.Errorf("%w; the release %w", err, errBackground)
