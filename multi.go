@@ -217,6 +217,9 @@ func (l *Locker) obtainAcross(ctx context.Context, ttl time.Duration, o *options
 		if err != nil {
 			return nil, attempts, giveBack(err)
 		}
+		p.mu.Lock()
+		p.lostSeen = true // a part's loss is the set's: the set reports it (see keepAcross), parts never do
+		p.mu.Unlock()
 		parts = append(parts, p)
 		p.keep(keep, false)
 	}
@@ -370,6 +373,7 @@ func (lk *Lock) keepAcross(ctx context.Context, byHandle bool) context.Context {
 		}
 		lk.mu.Unlock()
 		if lk.isLost() {
+			lk.reportLost(cctx, nil)
 			lk.locker.releaseLater(lk) // the parts not lost: see KeepAlive
 		}
 	})
