@@ -233,8 +233,11 @@ func (lk *Lock) release(ctx context.Context, finally bool) error {
 	if !ok {
 		return ErrNotHeld
 	}
-	if !last {
-		return nil // another handle holds it still (see reentrant.go)
+	if !last { // another handle holds it still (see reentrant.go)
+		if _, lost := a.joinable(false); lost {
+			return a.notHeld(nil) // lost, or its lease is over: this hold's Release says so, as the last one's does
+		}
+		return nil
 	}
 	lost, err := a.end(ctx)
 	if lost != nil {
