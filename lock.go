@@ -159,7 +159,13 @@ func (lk *Lock) Until() time.Time {
 // release then goes on in the background, for as long as go-redis may take
 // with it, and the error says so. A ctx already done (a request's, ended:
 // the usual `defer lock.Release(ctx)`) releases in the background the same
-// way, so that no lock is left behind. Other errors come from Redis: the
+// way, so that no lock is left behind. A release that goes on completes as
+// one that was waited for does, within that bound once Redis answers: it
+// frees the key, or hands it to the next in line (an Obtain of this Locker
+// or of another), and Hooks.HandOff reports the hand-off when it runs. A
+// handle that joined the lock (see Lock.Context) ends its hold only, and
+// returns ErrNotHeld when the lock is lost or its lease over, as the last
+// hold's Release does. Other errors come from Redis: the
 // release may or may not have run, and Release may be called again.
 func (lk *Lock) Release(ctx context.Context) error {
 	if !lk.usable() {
@@ -179,8 +185,11 @@ func (lk *Lock) release(ctx context.Context, finally bool) error {
 	if !ok {
 		return ErrNotHeld
 	}
-	if !last {
-		return nil // another handle holds it still (see reentrant.go)
+	if !last { // another handle holds it still (see reentrant.go)
+		if _, lost := lk.h.Join(false); lost {
+			return lk.h.NotHeld() // lost, or its lease is over: this handle's Release says so, as the last one's does
+		}
+		return nil
 	}
 	var err error
 	if lk.h.BeginRelease() {

@@ -16,9 +16,11 @@ import (
 // the same key on the same Locker, with such a context (or one derived from
 // it), joins the lock the context carries instead of waiting for it: it
 // sends nothing to Redis and returns another handle of the same acquisition
-// (same token, fence, lease and lost-lock signal). The acquisition counts
-// its live handles; each Release ends one, and the key is released when the
-// last one ends, whichever it is.
+// (same token, lease and lost-lock signal; its Key and Fence are those of the
+// key it asked for, one of a set's). The acquisition counts its live
+// handles; each Release ends one, and the key is released when the last one
+// ends, whichever it is. Once the lock is lost or its lease over, each
+// handle's Release returns ErrNotHeld.
 //
 // This prevents the deadlock of a function that takes a lock and calls
 // another that takes it again, which without it waits for itself (forever
@@ -62,9 +64,11 @@ func (lk *Lock) Context(parent context.Context) context.Context {
 // FromContext returns the lock ctx carries (see Lock.Context): in the fn of
 // WithLock or WithLockMulti, that call's lock, with no round trip: its
 // Fence or Fences (for SetFenced), Token, Keys and Until. With locks
-// nested, the innermost: in the fn of a WithLock of one key nested in
-// WithLockMulti, the one key's lock (Key and Fence that key's), the lock a
-// nested Obtain of that key returns too; nil when ctx carries none. WithLock releases it
+// nested, the innermost; nil when ctx carries none. A nested call that
+// joined a lock carries the handle it got: in the fn of a one-key WithLock
+// nested in a WithLockMulti, the lock of that key (Key and Keys that key,
+// Fence that key's fence), the lock a nested Obtain of the key returns,
+// not the set. WithLock releases it
 // when fn returns: fn must not Release it, nor call its KeepAlive (which
 // would replace the context fn runs with).
 func FromContext(ctx context.Context) *Lock {

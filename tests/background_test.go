@@ -90,3 +90,51 @@ func TestShutdown_WaitsForAbandonedCalls(t *testing.T) {
 	b.srv.Thaw(t)
 	require.NoError(t, lk.Release(ctx))
 }
+
+// Specifies Lock.Release ("Release returns when ctx is done even if Redis
+// does not answer; the release then goes on in the background") and
+// Hooks.HandOff ("Releases that go on in the background report theirs when
+// they run") when another Locker waits in the key's line: a Release whose
+// ctx ends while Redis is frozen hands the key to that waiter as soon as
+// Redis answers again, not when the holder's lease runs out, and reports
+// the hand-off; nothing of the lock is left afterwards.
+func TestRelease_GoesOnInTheBackgroundWithAWaiterInAnotherLocker(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 30*time.Second)
+	checker, _ := b.client(t)
+	handOffs := make(chan redislock.HandOffEvent, 10)
+	holderC, _ := b.client(t)
+	holder := redislock.New(holderC, redislock.WithHooks(redislock.Hooks{
+		HandOff: func(_ context.Context, e redislock.HandOffEvent) { handOffs <- e },
+	}))
+	waiterC, _ := b.client(t)
+	waiter := redislock.New(waiterC)
+	const ttl = 20 * time.Second // the lease the key would wait out
+	lk, err := holder.Obtain(ctx, "k", ttl)
+	require.NoError(t, err)
+	w := obtainAsync(ctxT(t, 10*time.Second), waiter, "k", time.Minute)
+	waitQueued(t, checker, "k", 1)
+
+	b.srv.Freeze(t)
+	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = lk.Release(rctx)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Contains(t, err.Error(), "goes on in the background")
+	b.srv.Thaw(t)
+	thawed := time.Now()
+
+	got := <-w
+	require.NoError(t, got.err, "the waiter was not handed the key (%v after the thaw)", time.Since(thawed))
+	assert.Less(t, got.at.Sub(thawed), 2*time.Second, "the key was handed over late, after the holder's lease ran out?")
+	select {
+	case e := <-handOffs:
+		assert.Equal(t, redislock.HandOffEvent{Key: "k", Local: false, To: 1}, e)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the background release's hand-off was not reported")
+	}
+	require.NoError(t, got.lock.Release(ctx))
+	require.NoError(t, holder.Shutdown(ctx))
+	require.NoError(t, waiter.Shutdown(ctx))
+	requireOnlyMarksOf(t, checker, "k")
+}

@@ -1207,3 +1207,45 @@ func existing(t *testing.T, rdb redis.UniversalClient, keys []string) int {
 	}
 	return n
 }
+
+// Specifies docs/lock-family.md ("Release returns ErrNotHeld naming the keys
+// that were lost (it releases the others)") and Refresh's error for a set
+// across Cluster slots, as on one node: with one key of a slot's part
+// deleted behind the set's back, Release names that key alone, though the
+// other key of its slot was held (and this Release freed it), and frees
+// every other key; a Refresh that finds the loss names the lost key, not
+// "one of the keys".
+func TestObtainMulti_LostKeyAcrossSlotsIsNamed(t *testing.T) {
+	waitsInParallel(t)
+	cluster := redistest.StartCluster(t)
+	rdb := cluster.Client(t)
+	ctx := ctxT(t, 30*time.Second)
+	locker := redislock.New(rdb)
+	keys := []string{"cn:2", "{cn:2}lost", "cn:0"}
+	require.NotEqual(t, slot(hashPart("cn:2")), slot(hashPart("cn:0")), "a set across slots")
+
+	lk, err := locker.ObtainMulti(ctx, keys, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, rdb.Del(ctx, "{cn:2}lost").Err())
+	err = lk.Release(ctx)
+	require.ErrorIs(t, err, redislock.ErrNotHeld)
+	assert.Contains(t, err.Error(), `"{cn:2}lost"`)
+	assert.NotContains(t, err.Error(), `"cn:2"`, "cn:2 was held, and released")
+	assert.NotContains(t, err.Error(), `"cn:0"`)
+	assert.Zero(t, existing(t, rdb, keys), "the keys still held were released")
+
+	lk, err = locker.ObtainMulti(ctx, keys, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, rdb.Del(ctx, "{cn:2}lost").Err())
+	err = lk.Refresh(ctx, time.Minute)
+	require.ErrorIs(t, err, redislock.ErrNotHeld)
+	assert.Contains(t, err.Error(), `"{cn:2}lost"`)
+	assert.NotContains(t, err.Error(), `"cn:2"`, "Refresh names the lost key")
+	assert.NotContains(t, err.Error(), `"cn:0"`)
+	require.ErrorIs(t, lk.Release(ctx), redislock.ErrNotHeld)
+	assert.Zero(t, existing(t, rdb, keys), "the keys still held were released")
+	require.NoError(t, locker.Shutdown(ctx))
+	for _, k := range keys {
+		requireOnlyMarksOf(t, rdb, k, "fence")
+	}
+}

@@ -581,3 +581,54 @@ func TestReentrant_FnContextOfALostLockJoinsNothing(t *testing.T) {
 	require.ErrorIs(t, err, redislock.ErrLockLost)
 	require.NoError(t, locker.Shutdown(ctx))
 }
+
+// Specifies FromContext ("in the fn of WithLock or WithLockMulti, that
+// call's lock ...: its Fence or Fences (for SetFenced) ... With locks
+// nested, the innermost") for a one-key WithLock nested in a WithLockMulti
+// on one of the set's keys: it joins the set, and its fn's FromContext gives
+// the lock of its own key (Key, Keys, Fence of that key), the same lock a
+// nested Obtain of the key gives; the outer fn's FromContext is still the
+// set. A fence of another key of the set would let the next holder's
+// SetFenced be refused, and an older holder's write win.
+func TestFromContext_NestedWithLockInASetGivesItsKeysLock(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb, redislock.WithFencing())
+	keys := []string{"f:0", "f:1", "f:2"}
+	for i, k := range keys { // the fence counters differ: f:0 is ahead
+		for range 2 * (3 - i) {
+			lk, err := locker.Obtain(ctx, k, time.Minute)
+			require.NoError(t, err)
+			require.NoError(t, lk.Release(ctx))
+		}
+	}
+	err := locker.WithLockMulti(ctx, keys, func(fctx context.Context) error {
+		set := redislock.FromContext(fctx)
+		require.NotNil(t, set)
+		require.NotEqual(t, set.FenceOf("f:0"), set.FenceOf("f:1"), "the keys' fences differ")
+		obtained, err := locker.Obtain(fctx, "f:1", time.Minute)
+		require.NoError(t, err)
+		assert.Equal(t, "f:1", obtained.Key())
+		assert.Equal(t, set.FenceOf("f:1"), obtained.Fence())
+		require.NoError(t, obtained.Release(ctx))
+		err = locker.WithLock(fctx, "f:1", func(ictx context.Context) error {
+			inner := redislock.FromContext(ictx)
+			require.NotNil(t, inner)
+			assert.Equal(t, "f:1", inner.Key())
+			assert.Equal(t, []string{"f:1"}, inner.Keys())
+			assert.Equal(t, set.FenceOf("f:1"), inner.Fence(), "the fence of f:1, as the nested Obtain's")
+			assert.Equal(t, []int64{set.FenceOf("f:1")}, inner.Fences())
+			assert.Equal(t, set.Token(), inner.Token())
+			return redislock.SetFenced(ictx, rdb, "resource:f:1", "v", inner.Fence())
+		})
+		require.NoError(t, err)
+		assert.Same(t, set, redislock.FromContext(fctx), "the outer fn's lock is the set")
+		return nil
+	})
+	require.NoError(t, err)
+	next, err := locker.Obtain(ctx, "f:1", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, redislock.SetFenced(ctx, rdb, "resource:f:1", "w", next.Fence()), "the next holder of f:1 may write")
+	require.NoError(t, next.Release(ctx))
+}

@@ -244,6 +244,7 @@ func (n *Node) acquireParts(ctx context.Context, r *lease.Request, token string,
 		if err != nil {
 			return nil, attempts, giveBack(err)
 		}
+		p.MarkPart()
 		parts = append(parts, p)
 		p.Keep(keep, false)
 	}

@@ -147,6 +147,7 @@ type Hold struct {
 	kept        *keeping      // while KeepAlive renews it
 	generations bool          // a command of a generation above 0 was sent: Redis may keep its generation
 	unsure      bool          // a release's outcome was unknown: an earlier run may have released it (see Ended)
+	part        bool          // a part of a set across slots being acquired: its loss is the set\'s (see MarkPart)
 }
 
 // NewHold returns the hold of token on r's keys, with fences, whose lease
@@ -200,6 +201,15 @@ func (e *Env) Combine(r *Request, parts []*Hold) (h *Hold, lost *Hold) {
 	}
 	h.generations = true // (its commands' generation is above 0)
 	return h, nil
+}
+
+// MarkPart marks h as a part of a set across Cluster slots that its
+// acquisition holds while it waits for the keys of later slots: a loss of
+// h is the set's, which the set reports (see Combine), not h.
+func (h *Hold) MarkPart() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.part = true
 }
 
 // ShortenTo makes h's lease clock end at until, when that is earlier: a
@@ -388,7 +398,9 @@ func (h *Hold) lose(ctx context.Context, why error) {
 	h.env.Background.Begin() // until the give-back counts itself
 	h.mu.Unlock()
 	k.stop(scripts.ErrLockLost)
-	h.env.Events.Lost(ctx, h, why)
+	if !h.part {
+		h.env.Events.Lost(ctx, h, why)
+	}
 	done := h.env.Store.GiveBack(h)
 	h.env.Background.End()
 	go func() {
