@@ -275,6 +275,7 @@ type step struct {
 	claim   bool                 //
 	err     error                // the line failed the waiter
 	attempt *scripts.AttemptArgs // the head sends this attempt for the line
+	first   *lease.FirstAttempt  // what is known of it, when it is its token's first
 	wait    time.Duration
 }
 
@@ -317,7 +318,7 @@ func (ls *Lines) next(ln *line, w *waiter) step {
 		w.poll = NextBackoff(w.poll, w.req.MinBackoff, w.req.MaxBackoff)
 	}
 	ln.check = false
-	return step{attempt: ls.send(ln, w, now)}
+	return ls.send(ln, w, now)
 }
 
 // lastLook is when the head asks Redis once more before the first of its
@@ -351,23 +352,24 @@ func (ls *Lines) hedge(ln *line, w *waiter) step {
 	if at.After(now) {
 		return step{wait: at.Sub(now)}
 	}
-	return step{attempt: ls.send(ln, w, now)}
+	return ls.send(ln, w, now)
 }
 
 // send returns the line's next attempt, for the head w, sent now.
-func (ls *Lines) send(ln *line, w *waiter, now time.Time) *scripts.AttemptArgs {
+func (ls *Lines) send(ln *line, w *waiter, now time.Time) step {
 	ln.inflight++
 	ln.sent = now
 	if ln.asked.IsZero() {
 		ln.asked = now
 	}
+	s := step{attempt: &scripts.AttemptArgs{Keys: ln.keys, Token: ln.token, Holder: w.req.Holder, TTL: w.req.TTL, Fenced: w.req.Fenced, Mode: ln.mode, Place: placeLease, Renew: ln.placeSent, Wake: ln.wake}}
 	if !ln.placeSent {
 		ln.firstSent = now
 		ln.firstAttempt.Out.Store(true)
+		s.first = ln.firstAttempt
 	}
-	a := &scripts.AttemptArgs{Keys: ln.keys, Token: ln.token, Holder: w.req.Holder, TTL: w.req.TTL, Fenced: w.req.Fenced, Mode: ln.mode, Place: placeLease, Renew: ln.placeSent, Wake: ln.wake}
 	ln.placeSent = true
-	return a
+	return s
 }
 
 // attempted updates the line with the outcome of its attempt a, sent at

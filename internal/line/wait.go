@@ -46,7 +46,7 @@ func (ls *Lines) Wait(ctx context.Context, r *lease.Request, blocked *scripts.At
 			return nil, attempts, scripts.Failed("acquire", r.Key(), s.err)
 		case s.attempt != nil:
 			attempts++
-			ls.attempt(ln, s.attempt)
+			ls.attempt(ln, s.attempt, s.first)
 		default:
 			_ = scripts.Sleep(ctx, w.wake, s.wait)
 		}
@@ -66,12 +66,8 @@ func (ls *Lines) Wait(ctx context.Context, r *lease.Request, blocked *scripts.At
 // a lock passed to it. It is bounded as a release is (by go-redis's own
 // timeouts and retries), not by the Obtain that sent it: its outcome
 // matters to the line's other waiters.
-func (ls *Lines) attempt(ln *line, a *scripts.AttemptArgs) {
+func (ls *Lines) attempt(ln *line, a *scripts.AttemptArgs, first *lease.FirstAttempt) {
 	start := time.Now()
-	var first *lease.FirstAttempt
-	if !a.Renew {
-		first = ln.firstAttempt
-	}
 	ls.env.Background.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), ls.r.ReleaseBound())
 		defer cancel()
