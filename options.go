@@ -15,7 +15,7 @@ import (
 // An Option configures a Locker (when given to New or NewQuorum) or a single
 // call (when given to Obtain, TryObtain or WithLock). Options given to a
 // call apply to that call only and take precedence over the Locker's.
-// Some apply to a Locker only (WithHooks, WithHolder, WithSafetyMargin,
+// Some apply to a Locker only (WithHooks, WithSafetyMargin,
 // WithNamespace): given to a call, they fail it with ErrInvalidOption. An
 // invalid option is reported as an error wrapping ErrInvalidOption by every
 // call that uses it (by every call of the Locker, when given to New);
@@ -69,23 +69,22 @@ func defaultOptions() options {
 // maxHolder bounds the length of a holder description, in bytes.
 const maxHolder = 200
 
-// WithHolder stores a description of the holder beside each lock of the
-// Locker, for Locker.Inspect to report (and operators to read: "web-3 pid
-// 4711"); without it, or with "", none is stored. It is kept in a hash of
-// the holders' descriptions by token (a side key of the lock, see
+// WithHolder stores a description of the holder beside the lock, for
+// Locker.Inspect and `redislock status` to report (and operators to read:
+// "web-3 pid 4711", "job 8841"); without it, or with "", none is stored.
+// Given to New, it describes every lock of the Locker; given to a call
+// (Obtain, TryObtain, WithLock, the set calls, a quorum Locker's), that
+// call's lock, in place of the Locker's. It is kept in a hash of the
+// holders' descriptions by token (a side key of the lock, see
 // docs/how-it-works.md), written by the script that gives the lock and
 // gone with the hold, so it changes nothing of how a holder is told from
 // another. Every Redis client that can read the key can read it: put no
 // secrets in it. It costs each acquisition the full acquire script instead
-// of the plain lock's SET. It applies to a Locker (New), not to single
-// calls. d must be valid UTF-8 of at most 200 bytes, and printable: one
-// line of text, with no control or format characters (a newline, a tab,
-// an escape, a direction override) and no spaces but ' '.
+// of the plain lock's SET. d must be valid UTF-8 of at most 200 bytes, and
+// printable: one line of text, with no control or format characters (a
+// newline, a tab, an escape, a direction override) and no spaces but ' '.
 func WithHolder(d string) Option {
 	return func(o *options) {
-		if o.lockerOnly("WithHolder") {
-			return
-		}
 		if len(d) > maxHolder || !utf8.ValidString(d) || strings.ContainsFunc(d, notPrintable) {
 			o.invalid(ErrInvalidOption, "WithHolder(%q): need printable UTF-8 text (no control or format characters) of at most %d bytes", cut(d), maxHolder)
 			return

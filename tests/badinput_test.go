@@ -80,7 +80,7 @@ func TestBadInputTable(t *testing.T) {
 			{"WithLock WithBackoff(max < min)", withLock(good, "k", fn, redislock.WithBackoff(2, 1)), redislock.ErrInvalidOption},
 			// a Locker's options given to a call; one lease per call; one mode per call
 			{"Obtain WithHooks", obtain(good, "k", time.Second, redislock.WithHooks(redislock.Hooks{})), redislock.ErrInvalidOption},
-			{"TryObtain WithHolder", try(good, "k", time.Second, redislock.WithHolder("x")), redislock.ErrInvalidOption},
+			{"TryObtain WithHolder bad", try(good, "k", time.Second, redislock.WithHolder("a\nb")), redislock.ErrInvalidOption},
 			{"WithLock WithSafetyMargin", withLock(good, "k", fn, redislock.WithSafetyMargin(time.Second)), redislock.ErrInvalidOption},
 			{"Obtain WithNamespace", obtain(good, "k", time.Second, redislock.WithNamespace("app:")), redislock.ErrInvalidOption},
 			{"Obtain WithTTL", obtain(good, "k", time.Second, redislock.WithTTL(time.Minute)), redislock.ErrInvalidOption},

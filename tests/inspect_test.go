@@ -122,6 +122,52 @@ func TestInspect_HolderDescription(t *testing.T) {
 	assert.Equal(t, before, n.Load(), "nothing sent")
 }
 
+// WithHolder given to a call describes that call's lock, in place of the
+// Locker's: Inspect reports each holder with its own (a reader per job, a
+// set's every key, a joined call none of its own: it holds nothing new);
+// a quorum Locker's masters too.
+func TestInspect_HolderPerCall(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	locker := redislock.New(rdb, redislock.WithHolder("web-3"))
+	a, err := locker.Obtain(ctx, "r", time.Minute, redislock.WithShared(), redislock.WithHolder("job 1"))
+	require.NoError(t, err)
+	c, err := locker.TryObtain(ctx, "r", time.Minute, redislock.WithShared(), redislock.WithHolder("job 2"))
+	require.NoError(t, err)
+	d, err := locker.Obtain(ctx, "r", time.Minute, redislock.WithShared())
+	require.NoError(t, err)
+	info, err := locker.Inspect(ctx, "r")
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, h := range info.Holders {
+		got[h.Token] = h.Description
+	}
+	assert.Equal(t, map[string]string{a.Token(): "job 1", c.Token(): "job 2", d.Token(): "web-3"}, got)
+	for _, lk := range []*redislock.Lock{a, c, d} {
+		require.NoError(t, lk.Release(ctx))
+	}
+
+	require.NoError(t, locker.WithLockMulti(ctx, []string{"s1", "s2"}, func(ctx context.Context) error {
+		for _, key := range []string{"s1", "s2"} {
+			info, err := locker.Inspect(ctx, key)
+			require.NoError(t, err)
+			require.Len(t, info.Holders, 1)
+			assert.Equal(t, "cart 9", info.Holders[0].Description, key)
+		}
+		return nil
+	}, redislock.WithHolder("cart 9")))
+
+	q := redislock.NewQuorum([]redis.UniversalClient{rdb}, redislock.WithHolder("web-3"))
+	lk, err := q.Obtain(ctx, "q", time.Minute, redislock.WithHolder("job 3"))
+	require.NoError(t, err)
+	info, err = q.Inspect(ctx, "q")
+	require.NoError(t, err)
+	require.Len(t, info.Holders, 1)
+	assert.Equal(t, "job 3", info.Holders[0].Description)
+	require.NoError(t, lk.Release(ctx))
+}
+
 // Inspect is one round trip; the first after Redis lost its scripts
 // (SCRIPT FLUSH, a restart) is two: go-redis sends the script in full once.
 func TestInspect_RoundTrips(t *testing.T) {
