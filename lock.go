@@ -41,7 +41,8 @@ type Lock struct {
 func (lk *Lock) usable() bool { return lk != nil && lk.h != nil }
 
 // Key returns the key the lock is held on: of a set (ObtainMulti), the
-// first of Keys ("" for a nil Lock).
+// first of Keys, which names the set in errors and events; a nested
+// one-key call that joined a set has its own key ("" for a nil Lock).
 func (lk *Lock) Key() string {
 	if !lk.usable() {
 		return ""
@@ -72,9 +73,12 @@ func (lk *Lock) Token() string {
 	return lk.h.Token
 }
 
-// Fence returns the fencing token of this acquisition: a number greater than
-// every fence issued before for this key, by any Locker in any process. It is
-// 0 when the lock was obtained without WithFencing.
+// Fence returns the fencing token of the lock's key: a number greater than
+// every fence issued before for this key, by any Locker in any process. It
+// is 0 when the lock was obtained without WithFencing, and for a set of
+// several keys (ObtainMulti), where each key has a fence of its own (see
+// FenceOf and Fences): SetFenced refuses 0, so a set's Fence cannot fence a
+// resource with another key's fence by mistake.
 //
 // Pass it along with every write to the resource the lock protects, and
 // have the resource reject writes whose fence is lower than the highest it
@@ -87,14 +91,15 @@ func (lk *Lock) Token() string {
 // and treat "0 rows updated" as ErrFenceRejected. For a value in Redis, use
 // SetFenced.
 func (lk *Lock) Fence() int64 {
-	if !lk.usable() {
+	if !lk.usable() || len(lk.keys) > 1 {
 		return 0
 	}
 	return lk.FenceOf(lk.keys[0])
 }
 
 // FenceOf returns the fencing token of key, one of Keys (see Fence); 0 for
-// a key the lock does not hold, or without WithFencing.
+// a key the lock does not hold (SetFenced refuses it), or without
+// WithFencing.
 func (lk *Lock) FenceOf(key string) int64 {
 	if !lk.usable() || !slices.Contains(lk.keys, key) {
 		return 0

@@ -70,4 +70,3 @@ func TestClock_UntilNeverAfterTheExpiry(t *testing.T) {
 		}
 	}
 }
-
