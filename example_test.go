@@ -507,7 +507,7 @@ func ExampleSlogHooks() {
 	_ = lock.Release(ctx)  // WARN: the lock was not held any more
 	// Output:
 	// true
-	// level=WARN msg="redislock: release" key=report outcome=not_held err="redislock: lock not held"
+	// level=WARN msg="redislock: release" key=report outcome=not_held err="redislock: lock not held: \"report\": gone before its lease's end (Redis lost it, or an earlier run of this release, whose reply was lost, released it)"
 }
 
 // omitTime drops the time and the durations from log records, so that the

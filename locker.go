@@ -38,6 +38,7 @@ type backend interface {
 	Acquire(ctx context.Context, r *lease.Request) (*lease.Hold, int, error)
 	PTTL(ctx context.Context, h *lease.Hold) (time.Duration, error)
 	Inspect(ctx context.Context, key string) (scripts.Info, error)
+	Resume(ctx context.Context, r *lease.Request, token string) (*lease.Hold, error)
 	Shutdown(ctx context.Context) error
 }
 
@@ -361,6 +362,50 @@ func (l *Locker) WithLockMulti(ctx context.Context, keys []string, fn func(ctx c
 	o := l.opts.apply(opts, true)
 	r := o.request(keys, o.ttl, true)
 	return l.withLock(ctx, &r, fn, o.bad(true))
+}
+
+// Resume holds again the lock on keys that token holds: a lock that another
+// process or host took (a job started on one machine and finished on
+// another, an operator clearing a stuck lock), whose token it was given
+// (Lock.Token, Inspect's Holder.Token). It checks with Redis that token
+// holds every key, in one mode (exclusive, shared or a permit: as found),
+// and makes the lock this Lock's from then on: it sets the lease to ttl and
+// issues new fences (Fence, Fences: higher than every fence before, so
+// SetFenced refuses the writes of the process that took it from then on),
+// with commands of a generation above that process's, so that no late
+// command of its changes the lease. Release, Refresh, TTL, KeepAlive and
+// Context then work as for a lock this Locker took; a Release hands the
+// key to the next in line, as any does.
+//
+// The lock is then held by two Locks with one token in Redis: the process
+// that took it must stop using its Lock (not Release it, nor keep it
+// alive: its Release, or a give-back after it finds the lock lost, would
+// release the lock for both). A key not held by token returns ErrNotHeld,
+// naming it, and changes nothing. keys are one key, or a set's (see
+// ObtainMulti); bad input returns ErrInvalidKey or ErrInvalidTTL before
+// anything is sent. The Locker's WithReplicas applies.
+func (l *Locker) Resume(ctx context.Context, keys []string, token string, ttl time.Duration) (*Lock, error) {
+	if err := l.usable(); err != nil {
+		return nil, err
+	}
+	o := l.calls[0]
+	o.fencing = true
+	r := o.request(keys, ttl, true)
+	r.Set = len(keys) != 1
+	if err := l.check(ctx, &r, ttl, o.err); err != nil {
+		return nil, err
+	}
+	if !scripts.IsToken(token) {
+		return nil, fmt.Errorf("%w: %q is not a token of this library (Lock.Token)", ErrInvalidOption, token)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, scripts.Failed("resume", r.Key(), scripts.CtxErr(ctx))
+	}
+	h, err := l.backend.Resume(ctx, &r, token)
+	if err != nil {
+		return nil, err
+	}
+	return &Lock{locker: l, h: h, keys: r.Keys}, nil
 }
 
 // isNil reports whether client is nil, also as a nil pointer in a non-nil

@@ -22,8 +22,9 @@ package tests
 // keys, release marks and fence counters aside) once the release bound
 // has passed.
 //
-// 9 rows, 11 columns: 99 cells, of which 98 apply (a permit joins
-// nothing: see notReentrant). The cells of a site share its servers (one
+// 11 rows (a lock resumed by its token, one key and a set across slots,
+// since Locker.Resume), 11 columns: 121 cells, of which 120 apply (a
+// permit joins nothing: see notReentrant). The cells of a site share its servers (one
 // node, one Cluster, three quorum masters, started once) and run in
 // parallel; the 18 cells that freeze Redis have servers of their own, and
 // run only with -args -stress.
@@ -90,6 +91,8 @@ var seamRows = []seamRow{
 	{name: "SetOnOneNode", site: onNode, hold: holdSet, opts: []redislock.Option{redislock.WithFencing()}},
 	{name: "SetAcrossSlots", site: onCluster, hold: holdSet, opts: []redislock.Option{redislock.WithFencing()}},
 	{name: "Quorum", site: onQuorum, hold: holdOne},
+	{name: "Resumed", site: onNode, hold: holdResumed, opts: []redislock.Option{redislock.WithFencing()}},
+	{name: "ResumedSetAcrossSlots", site: onCluster, hold: holdResumedSet},
 }
 
 // notReentrant is the skip of the nested columns for permits.
@@ -352,6 +355,28 @@ func holdOne(c *seamCell) {
 	var err error
 	c.lk, err = c.locker.Obtain(c.ctx, c.key, c.ttl, c.row.opts...)
 	require.NoError(c.t, err)
+}
+
+// holdResumed has another Locker (another process) obtain the lock, and
+// the holder's Locker hold it again by its key and token (Locker.Resume):
+// c.lk is the resumed lock; the first holder stops using its own.
+func holdResumed(c *seamCell) { resume(c, holdOne) }
+
+// holdResumedSet is holdResumed for a set across Cluster slots.
+func holdResumedSet(c *seamCell) { resume(c, holdSet) }
+
+// resume has hold obtain the lock with another Locker, and the holder's
+// Locker resume it.
+func resume(c *seamCell, hold func(*seamCell)) {
+	holder := c.locker
+	c.locker = c.site.locker(c.t)
+	hold(c)
+	first := c.lk
+	c.locker = holder
+	var err error
+	c.lk, err = c.locker.Resume(c.ctx, first.Keys(), first.Token(), c.ttl)
+	require.NoError(c.t, err)
+	require.Equal(c.t, first.Token(), c.lk.Token(), "resumed")
 }
 
 // holdJoined obtains a lock of one key and joins it with a nested

@@ -258,3 +258,34 @@ func (n *Node) acquireParts(ctx context.Context, r *lease.Request, token string,
 	}
 	return h, attempts, nil
 }
+
+// Resume holds again the keys of r that token holds (see the root package's
+// Locker.Resume): it reads how token holds them, per Cluster slot, and
+// claims them (a new lease of r.TTL, and new fences), so that the hold is
+// this process's from then on. ErrNotHeld, naming the key, when token does
+// not hold one of them.
+func (n *Node) Resume(ctx context.Context, r *lease.Request, token string) (*lease.Hold, error) {
+	groups := [][]string{r.Keys}
+	if n.R.Sharded {
+		groups = slotGroups(r.Keys)
+	}
+	sent := time.Now()
+	var found scripts.Holding
+	for i, g := range groups {
+		f, err := n.R.Resume(ctx, g, token)
+		switch {
+		case err != nil:
+			return nil, scripts.Failed("resume", r.Key(), err)
+		case f.Missing > 0 || i > 0 && f.Mode != found.Mode:
+			return nil, fmt.Errorf("%w: %s is not held by this token", scripts.ErrNotHeld, scripts.QuoteKey(g[max(f.Missing, 1)-1]))
+		case i == 0 || f.Left < found.Left:
+			f.Gen = max(f.Gen, found.Gen)
+			found = f
+		default:
+			found.Gen = max(found.Gen, f.Gen)
+		}
+	}
+	h := n.Env.ResumedHold(r, token, found, sent)
+	h.Parts = groups
+	return h, h.Take(ctx, r.TTL, true)
+}

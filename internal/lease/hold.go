@@ -203,6 +203,25 @@ func (e *Env) Combine(r *Request, parts []*Hold) (h *Hold, lost *Hold) {
 	return h, nil
 }
 
+// ResumedHold returns the hold of token on r's keys that another process
+// took, as found at sent (see scripts.Holding): in its mode, its lease
+// clock ending at sent + the lease left, and its commands of a generation
+// above any that Redis ran for the token, so that no late command of the
+// process that took it can change the lease after them. It is claimed (with
+// r.TTL and fences) before it is returned.
+func (e *Env) ResumedHold(r *Request, token string, found scripts.Holding, sent time.Time) *Hold {
+	rr := *r
+	rr.Mode = found.Mode
+	h := e.NewHold(&rr, token, nil, sent, found.Left)
+	h.Described, h.generations = true, true // (its holders' descriptions are kept alive, if any)
+	h.clock.gen, h.clock.genTTL = found.Gen+1, r.TTL
+	return h
+}
+
+// OnQuorum makes h a quorum's hold, whose lease allows for drift (see
+// Drift); only before h is shared.
+func (h *Hold) OnQuorum() { h.Quorum, h.clock.drift = true, true }
+
 // MarkPart marks h as a part of a set across Cluster slots that its
 // acquisition holds while it waits for the keys of later slots: a loss of
 // h is the set's, which the set reports (see Combine), not h.
@@ -322,7 +341,7 @@ func (h *Hold) Ended(lost []string, resent bool, err error) error {
 		return nil
 	}
 	if early && len(h.Keys) == 1 {
-		return fmt.Errorf("%w: %s: not held when the release ran, before its lease's end: an earlier run of this release whose reply was lost may have released it (go-redis sends a command again at once when its connection breaks), or Redis lost the key (a failover, a restart, FLUSHALL, another client's DEL)", scripts.ErrNotHeld, scripts.QuoteKey(h.Keys[0]))
+		return fmt.Errorf("%w: %s: gone before its lease's end (Redis lost it, or an earlier run of this release, whose reply was lost, released it)", scripts.ErrNotHeld, scripts.QuoteKey(h.Keys[0]))
 	}
 	return h.notHeld(lost)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"time"
 
@@ -126,6 +127,22 @@ func (h *Hold) Refresh(ctx context.Context, ttl time.Duration) error {
 		return h.Lose(ctx, r.Missing)
 	case r.Lost():
 		return h.NotHeld()
+	}
+	return nil
+}
+
+// Take sets the lease of h, resumed from another process's hold (see
+// Env.ResumedHold), to ttl from now, issuing new fences when fence: the
+// first command of its generation. ErrNotHeld, naming the key, when a key
+// is not held by h's token any more; nothing is given back on failure: the
+// hold is the other process's still.
+func (h *Hold) Take(ctx context.Context, ttl time.Duration, fence bool) error {
+	r, err := h.setLease(ctx, ttl, fence)
+	switch {
+	case err != nil:
+		return scripts.Failed("resume", h.Keys[0], err)
+	case r.Lost():
+		return fmt.Errorf("%w: %s", scripts.ErrNotHeld, strings.TrimPrefix(h.Gone(r.Missing).Error(), scripts.ErrLockLost.Error()+": "))
 	}
 	return nil
 }

@@ -368,6 +368,40 @@ func (r *Redis) Inspect(ctx context.Context, key string) (Info, error) {
 	return info, nil
 }
 
+// A Holding is how a token holds keys, as resume.lua found it.
+type Holding struct {
+	Mode    Mode
+	Gen     int64         // the highest generation Redis ran for the token
+	Left    time.Duration // the shortest lease left
+	Missing int           // the first key not held (from 1); 0 when the token holds them all
+}
+
+// Resume runs resume.lua: how token holds keys.
+func (r *Redis) Resume(ctx context.Context, keys []string, token string) (Holding, error) {
+	cmd, _ := Call{resumeScript, r.Keys.familyKeys(keys, ""), []any{token}}.run(ctx, r.Client, r.Timing)
+	res, err := cmd.Slice()
+	if err != nil {
+		return Holding{}, err
+	}
+	code, _ := replyInt(res, 0)
+	if code != ReplyOK || len(res) != 4 {
+		i, _ := replyInt(res, 1)
+		return Holding{Missing: max(int(i), 1)}, nil
+	}
+	var h Holding
+	switch m, _ := res[1].(string); m {
+	case markExclusive:
+	case markShared:
+		h.Mode.Shared = true
+	default:
+		h.Mode.Permits, _ = strconv.Atoi(m)
+	}
+	h.Gen, _ = replyInt(res, 2)
+	ms, _ := replyInt(res, 3)
+	h.Left = time.Duration(ms) * time.Millisecond
+	return h, nil
+}
+
 // FenceStep runs fence_step.lua on the fence counter of the lock on key:
 // to is 0 to increment it, or the value to raise it to.
 func (r *Redis) FenceStep(ctx context.Context, key string, to int64) (int64, error) {

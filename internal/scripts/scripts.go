@@ -19,6 +19,7 @@
 //	Refresh, renewals            RefreshArgs.Call, ParseRefresh  renew.lua, renew_shared.lua
 //	TTL                          Redis.PTTL                      pttl.lua, pttl_shared.lua
 //	Inspect                      Redis.Inspect                   inspect.lua
+//	Resume (a take-over)         Redis.Resume                    resume.lua
 //	a quorum's fences            Redis.FenceStep                 fence_step.lua
 //	SetFenced                    FencedSet                       fenced_set.lua
 //
@@ -188,6 +189,7 @@ var (
 	pttlScript        = load("pttl")
 	pttlSharedScript  = load("pttl_shared")
 	inspectScript     = load("inspect")
+	resumeScript      = load("resume")
 	fenceStepScript   = load("fence_step")
 	fencedSetScript   = load("fenced_set")
 )
