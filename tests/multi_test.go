@@ -207,6 +207,61 @@ func TestObtainMulti_DiningPhilosophers(t *testing.T) {
 	t.Logf("meals: %v (sets first, then one-key callers)", counts)
 }
 
+// A set that nobody waits for, without a fence or a description, is a plain
+// lock of several keys: one script run each way (take.lua takes every key
+// or none, drop.lua deletes them), and nothing in Redis but its keys, which
+// hold its token; a set whose key is held by another owner takes none of
+// them and falls back to waiting in line.
+func TestObtainMulti_PlainSetCostsOneScriptEachWay(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, n := b.client(t)
+	loadScripts(t, rdb)
+	require.NoError(t, rdb.Ping(ctx).Err())
+	var ran []string
+	var mu sync.Mutex
+	rdb.AddHook(hook{before: func(cmd redis.Cmder) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case isScript(cmd, takeScript):
+			ran = append(ran, "take")
+		case isScript(cmd, dropScript):
+			ran = append(ran, "drop")
+		default:
+			ran = append(ran, cmd.Name())
+		}
+	}})
+	l := redislock.New(rdb)
+	before := n.Load()
+	lk, err := l.ObtainMulti(ctx, []string{"a", "b", "c"}, time.Minute)
+	require.NoError(t, err)
+	keys := rdb.Keys(ctx, "*").Val()
+	slices.Sort(keys)
+	assert.Equal(t, []string{"a", "b", "c"}, keys, "the lock keys alone")
+	assert.Equal(t, []any{lk.Token(), lk.Token(), lk.Token()}, rdb.MGet(ctx, "a", "b", "c").Val())
+	require.NoError(t, lk.Release(ctx))
+	assert.Equal(t, []string{"take", "keys", "mget", "drop"}, ran)
+	assert.Equal(t, int64(2), n.Load()-before-2, "ObtainMulti and Release: one command each")
+	assert.Zero(t, rdb.DBSize(ctx).Val(), "nothing left")
+
+	other, err := l.Obtain(ctx, "c", time.Minute)
+	require.NoError(t, err)
+	_, err = l.TryObtainMulti(ctx, []string{"a", "b", "c"}, time.Minute)
+	require.ErrorIs(t, err, redislock.ErrNotObtained)
+	assert.Zero(t, rdb.Exists(ctx, "a", "b").Val(), "none of them taken")
+	waiting := make(chan obtained, 1)
+	go func() {
+		lk, err := l.ObtainMulti(ctx, []string{"a", "b", "c"}, time.Minute)
+		waiting <- obtained{lk, err, time.Now()}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, other.Release(ctx))
+	r := <-waiting
+	require.NoError(t, r.err, "the set waited in line")
+	require.NoError(t, r.lock.Release(ctx))
+}
+
 // Fencing applies to every key of a set: each gets a fence of its own,
 // larger than the fence of every earlier holder of that key.
 func TestObtainMulti_FencePerKey(t *testing.T) {

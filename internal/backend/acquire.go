@@ -26,7 +26,7 @@ func (n *Node) Acquire(ctx context.Context, r *lease.Request) (*lease.Hold, int,
 	if r.Try {
 		return n.try(ctx, r)
 	}
-	if !r.Plain() || r.Token != "" || n.Lines.Busy(r.Keys) {
+	if !r.Plain() || n.Lines.Busy(r.Keys) {
 		return n.Lines.Wait(ctx, r, nil)
 	}
 	h, res, err := n.once(ctx, r, true)
@@ -65,7 +65,7 @@ func (n *Node) try(ctx context.Context, r *lease.Request) (*lease.Hold, int, err
 	if n.Lines.Busy(r.Keys) {
 		return nil, 0, fmt.Errorf("%w: %s: this Locker holds it or waits for it", scripts.ErrNotObtained, scripts.QuoteKeys(r.Keys))
 	}
-	plain := r.Plain() && r.Token == ""
+	plain := r.Plain()
 	h, res, err := n.once(ctx, r, plain)
 	k := 1
 	if plain && err == nil && h == nil && res.NotPlain {

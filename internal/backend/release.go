@@ -86,18 +86,16 @@ func (n *Node) release(ctx context.Context, h *lease.Hold, lined bool, left func
 // lost are the keys it did not find held by h.
 func (n *Node) releaseOnce(ctx context.Context, h *lease.Hold, lined bool) (handoffs int, lost []string, resent bool, err error) {
 	if !lined && h.Droppable() {
-		keys, token := scripts.DropArgs(n.R.Keys, h.Keys[0], h.Token)
+		keys, token := scripts.DropArgs(n.R.Keys, h.Keys, h.Token)
 		start := time.Now()
-		code, err := scripts.Drop.Run(ctx, n.R.Client, keys, token).Int64()
+		code, missing, err := scripts.ParseDrop(scripts.Drop.Run(ctx, n.R.Client, keys, token))
 		n.R.NoteErr(err)
 		resent := n.R.Timing.MayResend(time.Since(start))
-		switch {
-		case err != nil:
-			return 0, nil, resent, err
-		case code == scripts.ReplyOK:
-			return 0, nil, resent, nil
-		case code == scripts.ReplyNotOurs:
-			return 0, h.Keys, resent, nil
+		if err != nil || code != scripts.ReplyNotPlain {
+			for _, i := range missing {
+				lost = append(lost, h.Keys[i])
+			}
+			return 0, lost, resent, err
 		} // not plain any more (someone waits, or a token may be spent)
 	}
 	if placing := n.Lines.Placing(h); placing != nil {

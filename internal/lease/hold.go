@@ -57,9 +57,9 @@ type Request struct {
 }
 
 // Plain reports whether r takes a plain lock (see scripts.go): exclusive,
-// one key, without a fence or a description.
+// without a fence or a description; one key, or a set's.
 func (r *Request) Plain() bool {
-	return r.Mode.Exclusive() && !r.Fenced && r.Holder == "" && len(r.Keys) == 1
+	return r.Mode.Exclusive() && !r.Fenced && r.Holder == ""
 }
 
 // Key is r's first key: the one key, or a set's first (errors name it).

@@ -124,7 +124,7 @@ type AttemptResult struct {
 // Call returns the acquire.lua run of a (take.lua's, for a plain attempt).
 func (a AttemptArgs) Call(ks Keyspace) Call {
 	if a.Plain {
-		return Call{takeScript, []string{ks.Lock(a.Keys[0]), ks.Side(a.Keys[0], placesKind)}, []any{a.Token, a.TTL.Milliseconds()}}
+		return Call{takeScript, ks.plainKeys(a.Keys), []any{a.Token, a.TTL.Milliseconds()}}
 	}
 	return Call{acquireScript, ks.familyKeys(a.Keys, a.Token), []any{a.Token,
 		a.TTL.Milliseconds(), boolArg(a.Fenced), a.Place.Milliseconds(), boolArg(!a.Renew), a.Mode.arg(), a.Wake.pub(), a.Wake.Channel, a.Holder}}
@@ -170,10 +170,36 @@ func ParseAttempt(a AttemptArgs, cmd *redis.Cmd) (AttemptResult, error) {
 	return AttemptResult{}, fmt.Errorf("unexpected reply %v", res)
 }
 
-// DropArgs returns drop.lua's KEYS and ARGV for the plain lock on key held
-// by token (see Drop: a go-redis Script, run as it is).
-func DropArgs(ks Keyspace, key, token string) ([]string, string) {
-	return []string{ks.Lock(key), ks.Side(key, placesKind)}, token
+// plainKeys are the KEYS of the plain lock's scripts on keys: per key, the
+// lock key and its places hash.
+func (ks Keyspace) plainKeys(keys []string) []string {
+	out := make([]string, 0, 2*len(keys))
+	for _, key := range keys {
+		out = append(out, ks.Lock(key), ks.Side(key, placesKind))
+	}
+	return out
+}
+
+// DropArgs returns drop.lua's KEYS and ARGV for the plain lock on keys held
+// by token (see Drop: a go-redis Script, run as it is), and ParseDrop reads
+// its reply: ReplyOK, ReplyNotOurs with the indexes of the keys not held
+// (from 0), or ReplyNotPlain.
+func DropArgs(ks Keyspace, keys []string, token string) ([]string, string) {
+	return ks.plainKeys(keys), token
+}
+
+// ParseDrop reads drop.lua's reply (see DropArgs).
+func ParseDrop(cmd *redis.Cmd) (code int64, missing []int, err error) {
+	res, err := cmd.Slice()
+	if err != nil {
+		return 0, nil, err
+	}
+	code, _ = replyInt(res, 0)
+	for i := 1; i < len(res); i++ {
+		m, _ := replyInt(res, i)
+		missing = append(missing, int(m)-1)
+	}
+	return code, missing, nil
 }
 
 // ReleaseArgs are the arguments of one release.lua run.

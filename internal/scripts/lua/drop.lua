@@ -1,22 +1,32 @@
--- drop: releases a plain lock.
+-- drop: releases a plain lock: its keys (one, or a set's of one slot).
 -- parts: (none)
 --
--- KEYS[1] the lock key
--- KEYS[2] its places hash (see take.lua)
+-- KEYS    per key, the lock key and its places hash (see take.lua)
 -- ARGV[1] token
--- returns OK when the key held the token and was deleted; NOT_OURS when it
---         did not hold it (nothing changed); NOT_PLAIN when it holds the
---         token but is not plain (someone waits, or a token may be spent):
---         nothing changed, and release.lua must hand it on.
+-- returns {OK} when every key held the token and was deleted;
+--         {NOT_OURS, i, ...} when the keys at the indexes i (from 1) did not
+--         hold it (they are untouched; the others were deleted);
+--         {NOT_PLAIN} when a key holds the token but is not plain (someone
+--         waits, or a token may be spent): nothing changed, and release.lua
+--         must hand it on.
 
-local key, places = KEYS[1], KEYS[2]
 local token = ARGV[1]
 
-if redis.pcall("GET", key) ~= token then
-	return NOT_OURS
+local ours, places, missing = {}, {}, {NOT_OURS}
+for i = 1, #KEYS, 2 do
+	if redis.pcall("GET", KEYS[i]) == token then
+		ours[#ours + 1], places[#places + 1] = KEYS[i], KEYS[i + 1]
+	else
+		missing[#missing + 1] = (i + 1) / 2
+	end
 end
-if redis.call("EXISTS", places) == 1 then
-	return NOT_PLAIN
+if #ours == 0 then
+	return missing
+elseif redis.call("EXISTS", unpack(places)) > 0 then
+	return {NOT_PLAIN}
 end
-redis.call("DEL", key)
-return OK
+redis.call("DEL", unpack(ours))
+if #missing > 1 then
+	return missing
+end
+return {OK}

@@ -1,46 +1,62 @@
 -- take: one attempt to take a plain lock (see the note at the top of
--- scripts.go): free, nobody waits, nothing else written.
+-- scripts.go): its keys (one, or a set's of one slot), all of them or none:
+-- free, nobody waits, nothing else written.
 -- parts: (none)
 --
--- KEYS[1] the lock key
--- KEYS[2] its places hash: it exists while anyone waits in the key's line,
---         or a token of the key may be marked spent (see spend.lua), so one
---         EXISTS tells that the key is plain
+-- KEYS    per key, the lock key and its places hash: it exists while
+--         anyone waits in the key's line, or a token of the key may be
+--         marked spent (see spend.lua), so one EXISTS tells that the keys
+--         are plain
 -- ARGV[1] token
 -- ARGV[2] lease (ttl) in ms, >= 1
--- returns {OK} when the token holds the key now, with the lease ARGV[2]
---         from now or longer: it was free and nobody waits, or an earlier
---         copy of this attempt took it (go-redis sent it again: see
---         counted), whose lease is only ever lengthened (see leaseClock);
---         {NOT_OURS, ms} when another holder of this layout has it: ms is
---         its lease left;
---         {NOT_PLAIN} when the key is not plain (a line, a spent token,
+-- returns {OK} when the token holds every key now, with the lease ARGV[2]
+--         from now or longer: they were free and nobody waits, or an
+--         earlier copy of this attempt took them (go-redis sent it again),
+--         whose lease is only ever lengthened (see the lease clock);
+--         {NOT_OURS, ms} when another holder of this layout has a key: ms
+--         is its lease left; nothing changed;
+--         {NOT_PLAIN} when a key is not plain (a line, a spent token,
 --         holders of another kind, data this layout did not write): the
---         full acquire.lua decides.
+--         full acquire.lua decides; nothing changed.
 --         An error reply from a Redis older than 7.0, where SET cannot
 --         take NX and GET together.
 
-local key, places = KEYS[1], KEYS[2]
 local token, ttl = ARGV[1], ARGV[2]
 
-if redis.call("EXISTS", places) == 1 then
+local places = {}
+for i = 2, #KEYS, 2 do
+	places[#places + 1] = KEYS[i]
+end
+if redis.call("EXISTS", unpack(places)) > 0 then
 	return {NOT_PLAIN}
 end
-local held = redis.pcall("SET", key, token, "NX", "GET", "PX", ttl)
-if type(held) == "table" then
-	if string.find(held.err, "WRONGTYPE", 1, true) then
-		return {NOT_PLAIN}
+local taken = {}
+-- undo gives back the keys this run took, and returns reply
+local function undo(reply)
+	if #taken > 0 then
+		redis.call("DEL", unpack(taken))
 	end
-	return redis.error_reply(held.err)
-elseif not held then
-	return {OK}
-elseif held == token then
-	local left = redis.call("PTTL", key)
-	if left >= 0 and left < tonumber(ttl) then
-		redis.call("PEXPIRE", key, ttl)
-	end
-	return {OK}
-elseif string.sub(held, 1, #TOKEN_PREFIX) ~= TOKEN_PREFIX then
-	return {NOT_PLAIN}
+	return reply
 end
-return {NOT_OURS, redis.call("PTTL", key)}
+for i = 1, #KEYS, 2 do
+	local key = KEYS[i]
+	local held = redis.pcall("SET", key, token, "NX", "GET", "PX", ttl)
+	if type(held) == "table" then
+		if string.find(held.err, "WRONGTYPE", 1, true) then
+			return undo({NOT_PLAIN})
+		end
+		return undo(redis.error_reply(held.err))
+	elseif not held then
+		taken[#taken + 1] = key
+	elseif held == token then
+		local left = redis.call("PTTL", key)
+		if left >= 0 and left < tonumber(ttl) then
+			redis.call("PEXPIRE", key, ttl)
+		end
+	elseif string.sub(held, 1, #TOKEN_PREFIX) ~= TOKEN_PREFIX then
+		return undo({NOT_PLAIN})
+	else
+		return undo({NOT_OURS, redis.call("PTTL", key)})
+	end
+end
+return {OK}
