@@ -30,6 +30,10 @@ func (n *Node) Release(ctx context.Context, h *lease.Hold) error {
 		n.HandOffs(ctx, h.Keys[0], false, handoffs)
 		return err
 	}
+	if err := ctx.Err(); err != nil { // a request's, ended: `defer lock.Release(ctx)`
+		n.giveBack(context.WithoutCancel(ctx), h, lined)
+		return scripts.GoesOn(h.Keys, err)
+	}
 	n.Env.Background.Begin()
 	handoffs, err := scripts.Detached(ctx, n.R.ReleaseBound(), func(dctx context.Context) (int, error) {
 		defer n.Env.Background.End() // Shutdown waits for Redis, not for the hook
@@ -46,21 +50,28 @@ func (n *Node) Release(ctx context.Context, h *lease.Hold) error {
 // lease.Store), bounded by the release bound; its hand-offs are reported
 // once it is done.
 func (n *Node) GiveBack(h *lease.Hold) <-chan struct{} {
-	done := make(chan struct{})
 	passed, lined := n.Lines.Pass(h)
 	if passed {
-		close(done)
 		n.HandOffs(context.Background(), h.Keys[0], true, 1)
+		done := make(chan struct{})
+		close(done)
 		return done
 	}
+	return n.giveBack(context.Background(), h, lined)
+}
+
+// giveBack runs h's release in the background (see GiveBack); ctx gives
+// the hooks their context's values.
+func (n *Node) giveBack(ctx context.Context, h *lease.Hold, lined bool) <-chan struct{} {
+	done := make(chan struct{})
 	n.Env.Background.Begin()
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), n.R.ReleaseBound())
-		handoffs, _ := n.release(ctx, h, lined, func() bool { return true })
+		rctx, cancel := context.WithTimeout(ctx, n.R.ReleaseBound())
+		handoffs, _ := n.release(rctx, h, lined, func() bool { return true })
 		cancel()
 		n.Env.Background.End()
 		close(done)
-		n.HandOffs(context.Background(), h.Keys[0], false, handoffs)
+		n.HandOffs(ctx, h.Keys[0], false, handoffs)
 	}()
 	return done
 }
@@ -106,7 +117,7 @@ func (n *Node) releaseOnce(ctx context.Context, h *lease.Hold, lined bool) (hand
 	}
 	rel := n.Lines.PrepareRelease(h)
 	for _, part := range h.Parts {
-		a := scripts.ReleaseArgs{Keys: part, Token: h.Token, Mode: h.Mode, Withdraw: rel.Withdraw, Wake: n.Lines.Wake(part[0])}
+		a := scripts.ReleaseArgs{Keys: part, Token: h.Token, Mode: h.Mode, Withdraw: rel.Withdraw, Wake: n.Lines.Wake(part[0]), Clean: h.Clean()}
 		if h.MayRunLate() {
 			a.Spend = n.R.SpendFor()
 		}

@@ -366,7 +366,7 @@ func (h *Hold) Pass(ttl time.Duration) *Hold {
 	h.state = Released
 	return &Hold{env: h.env, Keys: h.Keys, Parts: h.Parts, Token: h.Token, Mode: h.Mode, Since: time.Now(),
 		Plain: h.Plain, Lined: h.Lined, Described: h.Described, First: h.First, Resent: h.Resent, Replicas: h.Replicas,
-		fences: make([]int64, len(h.Keys)), handles: 1,
+		fences: make([]int64, len(h.Keys)), handles: 1, generations: h.generations,
 		clock: clock{until: h.clock.until, ttl: ttl, gen: h.clock.gen + 1, genTTL: ttl}}
 }
 
@@ -381,6 +381,28 @@ func (h *Hold) Passable() bool {
 // for its token may still run: its release must then mark the token spent
 // (see spend.lua).
 func (h *Hold) MayRunLate() bool { return h.Resent || h.First.MayRun() }
+
+// Clean names the side keys h's token may have written, for its release to
+// clean (see release.lua): "g" generations, "h" a description, "f" the
+// fence of a hand-off (a hold got through a line); "-" none.
+func (h *Hold) Clean() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := ""
+	if h.generations {
+		s += "g"
+	}
+	if h.Described {
+		s += "h"
+	}
+	if h.Lined {
+		s += "f"
+	}
+	if s == "" {
+		return "-"
+	}
+	return s
+}
 
 // Droppable reports whether drop.lua may release h: a plain lock not got
 // through a line, no generation stored for it, and no copy of its

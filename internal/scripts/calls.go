@@ -210,6 +210,7 @@ type ReleaseArgs struct {
 	Withdraw string        // a place to take out of line too, or ""
 	Spend    time.Duration // mark Token spent for that long; 0: no mark
 	Wake     string        // the caller's wake channel
+	Clean    string        // the side keys Token may have written (see release.lua); "": all of them
 }
 
 // ReleaseResult is the outcome of a release.lua run.
@@ -234,8 +235,12 @@ type Handoff struct {
 
 // Release runs release.lua.
 func (r *Redis) Release(ctx context.Context, a ReleaseArgs) (ReleaseResult, error) {
+	clean := a.Clean
+	if clean == "" {
+		clean = "ghf"
+	}
 	s := Call{releaseScript, r.Keys.familyKeys(a.Keys, a.Token),
-		[]any{a.Token, a.Mode.arg(), a.Withdraw, a.Spend.Milliseconds(), a.Wake}}
+		[]any{a.Token, a.Mode.arg(), a.Withdraw, a.Spend.Milliseconds(), a.Wake, clean}}
 	cmd, resent := s.run(ctx, r.Client, r.Timing)
 	out := ReleaseResult{Resent: resent}
 	res, err := cmd.Slice()

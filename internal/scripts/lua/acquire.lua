@@ -68,7 +68,8 @@ for i, k in ipairs(locks) do
 	if wrong then
 		return wrong
 	end
-	if redis.call("EXISTS", k.LINE) == 1 then
+	if kind ~= EXCLUSIVE and kind ~= FOREIGN and redis.call("EXISTS", k.LINE) == 1 then
+		-- (nothing fits an exclusive holder: no hand-off)
 		local _, handed = handOff(k, nil, token) -- to the first in line, if it fits: maybe this token
 		if handed > 0 then
 			kind = kindOf(k)

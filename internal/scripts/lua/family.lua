@@ -41,18 +41,25 @@ end
 -- permits; for a string this layout did not write, FOREIGN: another owner's
 -- lock, waited for like any other holder, never changed; for anything else
 -- this layout did not write, nil and what it is ("layout<n>" for the data
--- of layout rl<n>, else its Redis type)
+-- of layout rl<n>, else its Redis type). It is read once per run: k.held
+-- remembers it (and k.value a string's value) until the run changes K (see
+-- forget).
 local function kindOf(k)
-	local t = redis.call("TYPE", k.K).ok
-	if t == "none" then
+	if k.held then
+		return k.held
+	end
+	local v = redis.pcall("GET", k.K)
+	if not v then
+		k.held = ""
 		return ""
 	end
-	local mark
-	if t == "string" then
-		mark = redis.call("GET", k.K)
-		if string.sub(mark, 1, #TOKEN_PREFIX) == TOKEN_PREFIX then
-			return EXCLUSIVE
-		end
+	local t, mark = "string", v
+	if type(v) == "table" then -- another type than a string
+		t, mark = redis.call("TYPE", k.K).ok, nil
+	end
+	if t == "string" and string.sub(mark, 1, #TOKEN_PREFIX) == TOKEN_PREFIX then
+		k.held, k.value = EXCLUSIVE, mark
+		return EXCLUSIVE
 	elseif t == "zset" then
 		local first = redis.call("ZRANGE", k.K, 0, 0, "WITHSCORES")
 		if first[2] == "0" then
@@ -70,9 +77,16 @@ local function kindOf(k)
 	if other and "rl" .. other ~= LAYOUT then -- (an unknown mark of this layout is not ours)
 		return nil, "layout" .. other
 	elseif t == "string" then
+		k.held, k.value = FOREIGN, mark
 		return FOREIGN
 	end
 	return nil, t
+end
+
+-- forget makes kindOf read k.K again, after the run changed it; or records
+-- what it holds now, when the run knows (held, and value for a string)
+local function forget(k, held, value)
+	k.held, k.value = held, value
 end
 
 -- makes the holders k.K (a sorted set) expire with their last lease; K goes
@@ -80,6 +94,7 @@ end
 -- see drop and prune; the holders hash itself is never deleted as a whole,
 -- nor given an expiry shorter than its descriptions')
 local function setExpiry(k)
+	forget(k)
 	local last = redis.call("ZRANGE", k.K, -1, -1, "WITHSCORES")
 	if last[2] and tonumber(last[2]) > 0 then
 		redis.call("PEXPIREAT", k.K, last[2])
@@ -121,7 +136,7 @@ local function isHolder(k, token, mode, kind)
 	if kind ~= mode then
 		return false
 	elseif mode == EXCLUSIVE then
-		return redis.call("GET", k.K) == token
+		return k.value == token
 	end
 	local lease = redis.call("ZSCORE", k.K, token)
 	return lease and tonumber(lease) >= now
@@ -132,7 +147,9 @@ end
 local function take(k, token, mode, ms, desc)
 	if mode == EXCLUSIVE then
 		redis.call("SET", k.K, token, "PX", ms)
+		forget(k, EXCLUSIVE, token)
 	else
+		forget(k)
 		if redis.call("EXISTS", k.K) == 0 then
 			local mark = SHARED_MARK
 			if mode ~= SHARED then
@@ -166,12 +183,14 @@ local function lengthenHold(k, token, mode, ms)
 end
 
 -- ends token's hold of k.K, which holds kind, in mode; returns whether it
--- held it
-local function drop(k, token, mode, kind)
+-- held it. clean names the side keys the holder may have written (see
+-- release.lua): "g" generations, "h" a description, "f" a hand-off's fence
+local function drop(k, token, mode, kind, clean)
 	local held = false
 	if kind == mode and mode == EXCLUSIVE then
-		if redis.call("GET", k.K) == token then
+		if k.value == token then
 			redis.call("DEL", k.K)
+			forget(k, "")
 			held = true
 		end
 	elseif kind == mode then
@@ -181,10 +200,17 @@ local function drop(k, token, mode, kind)
 			held = true
 		end
 	end
+	clean = clean or "ghf"
 	if held then -- side keys another client broke do not undo the release
-		redis.pcall("HDEL", k.GENS, token)
-		redis.pcall("HDEL", k.HOLDERS, token)
-		redis.pcall("HDEL", k.PLACES, HANDED_FIELD .. token)
+		if string.find(clean, "g", 1, true) then
+			redis.pcall("HDEL", k.GENS, token)
+		end
+		if string.find(clean, "h", 1, true) then
+			redis.pcall("HDEL", k.HOLDERS, token)
+		end
+		if string.find(clean, "f", 1, true) then
+			redis.pcall("HDEL", k.PLACES, HANDED_FIELD .. token)
+		end
 	end
 	return held
 end

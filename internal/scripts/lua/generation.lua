@@ -20,7 +20,7 @@ end
 
 local function recordGeneration(gens, token, gen, ttl)
 	gen = tonumber(gen)
-	if gen > ranGeneration(gens, token) then
+	if gen > 0 and gen > ranGeneration(gens, token) then
 		redis.call("HSET", gens, token, gen)
 	end
 	if gen > 0 and redis.call("PTTL", gens) < tonumber(ttl) then

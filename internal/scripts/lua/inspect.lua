@@ -17,7 +17,7 @@ local k = locks[1]
 local kind, other = kindOf(k)
 local what, permits, held = kind or other, 0, {}
 if kind == EXCLUSIVE or kind == FOREIGN then
-	local token = redis.call("GET", k.K)
+	local token = k.value
 	held = {token, redis.call("PTTL", k.K), redis.call("HGET", k.HOLDERS, token) or ""}
 elseif kind and kind ~= "" then
 	if kind ~= SHARED then

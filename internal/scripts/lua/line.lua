@@ -112,7 +112,8 @@ end
 -- Lapsed places (their waiter stopped renewing them) are dropped on the
 -- way, and so is a place whose fence cannot be issued (told with fence -1).
 -- A set's place stops the hand-offs; when k.K fits it, it is asked to try
--- (fence ASK), unless it is self's (the caller's own). Each hand-off is
+-- (fence ASK), unless it is self's (the caller's own). An exclusive holder
+-- stops them too: nothing fits after it. Each hand-off is
 -- announced on the place's channel, except those on the channel mine (when
 -- not nil): those are returned instead, as a flat list token, fence,
 -- lease. The second result is the number of hand-offs.
@@ -167,6 +168,9 @@ local function handOff(k, mine, self)
 				append(own, token, fence, tonumber(ttl))
 			else
 				announce(k, pub, channel, fence, ttl, token)
+			end
+			if fence >= 0 and mode == EXCLUSIVE then
+				return own, n -- nothing fits after it
 			end
 		end
 	end

@@ -13,6 +13,9 @@
 --         not to
 -- ARGV[5] the caller's wake channel: hand-offs to it are returned, not
 --         announced
+-- ARGV[6] the side keys the holder may have written, to clean: "g" its
+--         generations, "h" its description, "f" a hand-off's fence (see
+--         drop in family.lua)
 -- returns {held, handoffs, {i, ...}, {i, token, fence, lease, ...}}: held
 --         is OK when ARGV[1] held every key and no longer does, else
 --         NOT_OURS (a key it did not hold was untouched, and ARGV[1] is no
@@ -21,11 +24,11 @@
 --         not hold; then the hand-offs to places on the caller's channel,
 --         each with the index of its key.
 
-local token, mode, alsoWithdraw, spendFor, mine = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local token, mode, alsoWithdraw, spendFor, mine, clean = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
 
 local missing, own, n = {}, {}, 0
 for i, k in ipairs(locks) do
-	if not drop(k, token, mode, kindOf(k)) then
+	if not drop(k, token, mode, kindOf(k), clean) then
 		missing[#missing + 1] = i
 		withdraw(k, token)
 	end

@@ -38,16 +38,24 @@ local function undo(reply)
 	end
 	return reply
 end
+local blocked -- the lease left of another holder's key: the rest are only looked at
 for i = 1, #KEYS, 2 do
 	local key = KEYS[i]
-	local held = redis.pcall("SET", key, token, "NX", "GET", "PX", ttl)
+	local held
+	if blocked then
+		held = redis.pcall("GET", key)
+	else
+		held = redis.pcall("SET", key, token, "NX", "GET", "PX", ttl)
+	end
 	if type(held) == "table" then
 		if string.find(held.err, "WRONGTYPE", 1, true) then
 			return undo({NOT_PLAIN})
 		end
 		return undo(redis.error_reply(held.err))
 	elseif not held then
-		taken[#taken + 1] = key
+		if not blocked then
+			taken[#taken + 1] = key
+		end
 	elseif held == token then
 		local left = redis.call("PTTL", key)
 		if left >= 0 and left < tonumber(ttl) then
@@ -55,8 +63,11 @@ for i = 1, #KEYS, 2 do
 		end
 	elseif string.sub(held, 1, #TOKEN_PREFIX) ~= TOKEN_PREFIX then
 		return undo({NOT_PLAIN})
-	else
-		return undo({NOT_OURS, redis.call("PTTL", key)})
+	elseif not blocked then
+		blocked = redis.call("PTTL", key)
 	end
+end
+if blocked then
+	return undo({NOT_OURS, blocked})
 end
 return {OK}
