@@ -75,6 +75,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	mathrand "math/rand/v2"
 	"slices"
 	"sync"
@@ -147,23 +148,23 @@ type line struct {
 	token   string         // the line's place, and the key's value once handed to it
 
 	place        placeState
-	placeSent    bool                   // an attempt to take a place with token was sent: later ones renew it
-	base         time.Time              // when the latest command that confirmed the place was sent
-	renewAt      time.Time              // when the head renews the place
-	holdEnd      time.Time              // when the holder's lease ends, as the latest reply said; zero: unknown
-	blockedFor   time.Duration          // the holder's lease left, as the latest reply said (see blockedFor)
-	check        bool                   // a hand-off may have gone unheard: the head asks Redis
-	handed       *scripts.Handoff       // the key was handed to token; applied once the place is confirmed
-	inflight     int                    // attempts carrying token that have not returned
-	sent         time.Time              // when the latest attempt was sent
-	firstSent    time.Time              // when token's first attempt (which took its place) was sent
-	firstAttempt *lease.FirstAttempt    // token's first attempt
-	pending      map[string]*time.Timer // given-up tokens whose withdrawal waits for their first attempt's reply
-	asked        time.Time              // when the first attempt sent since the latest reply was sent; zero: none
-	heard        time.Time              // when the latest reply came (of any token of the line)
-	placedc      chan struct{}          // closed when a reply for token comes, or the line leaves it (see Lines.Placing)
-	gaveUp       string                 // the latest token whose place the line gave up (see replaceToken)
-	lastErr      error                  // the error of the latest attempt; nil when it found the key held
+	placeSent    bool                       // an attempt to take a place with token was sent: later ones renew it
+	base         time.Time                  // when the latest command that confirmed the place was sent
+	renewAt      time.Time                  // when the head renews the place
+	holdEnd      time.Time                  // when the holder's lease ends, as the latest reply said; zero: unknown
+	blockedFor   time.Duration              // the holder's lease left, as the latest reply said (see blockedFor)
+	check        bool                       // a hand-off may have gone unheard: the head asks Redis
+	handed       map[string]scripts.Handoff // the keys handed to token, by key; applied once the place is confirmed, and a set's once it has them all
+	inflight     int                        // attempts carrying token that have not returned
+	sent         time.Time                  // when the latest attempt was sent
+	firstSent    time.Time                  // when token's first attempt (which took its place) was sent
+	firstAttempt *lease.FirstAttempt        // token's first attempt
+	pending      map[string]*time.Timer     // given-up tokens whose withdrawal waits for their first attempt's reply
+	asked        time.Time                  // when the first attempt sent since the latest reply was sent; zero: none
+	heard        time.Time                  // when the latest reply came (of any token of the line)
+	placedc      chan struct{}              // closed when a reply for token comes, or the line leaves it (see Lines.Placing)
+	gaveUp       string                     // the latest token whose place the line gave up (see replaceToken)
+	lastErr      error                      // the error of the latest attempt; nil when it found the key held
 
 	hold   *lease.Hold // this Locker's hold of the key, got through the line
 	passes int         // passes left for hold
@@ -409,7 +410,7 @@ func (ls *Lines) attempted(ln *line, a *scripts.AttemptArgs, first *lease.FirstA
 	case err == nil && res.Ours:
 		ln.handed = nil
 		if len(ln.waiters) == 0 {
-			ln.handed = &scripts.Handoff{Token: a.Token, Fence: res.Fences[0], Lease: a.TTL} // for the withdrawal
+			ln.handed = map[string]scripts.Handoff{ln.key: {Token: a.Token}} // for the withdrawal
 			break
 		}
 		ls.grant(ln, ls.env.NewHold(ln.waiters[0].req, a.Token, res.Fences, start, a.TTL), a.TTL)
@@ -580,34 +581,37 @@ func (ls *Lines) freshToken(ln *line) {
 // hand-off and wakes the head, and once nobody waits, keeps the line for
 // its hold or detaches it and withdraws its place from Redis.
 func (ls *Lines) update(ln *line) {
-	if h := ln.handed; h != nil && len(ln.waiters) > 0 {
-		// The hand-off ran after the command that took the place, the
+	if len(ln.handed) == len(ln.keys) && len(ln.waiters) > 0 {
+		// The hand-offs ran after the command that took the place, the
 		// token's first attempt, sent at ln.firstSent; base, when a reply
-		// confirmed the place, is later still and as good.
+		// confirmed the place, is later still and as good. (A set's keys
+		// handed before it are kept alive by its renewals: see acquire.lua.)
 		base := ln.firstSent
 		if ln.place == placed {
 			base = ln.base
 		}
+		fences, lease := make([]int64, len(ln.keys)), time.Duration(math.MaxInt64)
+		for i, key := range ln.keys {
+			fences[i], lease = ln.handed[key].Fence, min(lease, ln.handed[key].Lease)
+		}
 		switch {
 		case !ln.placeSent:
 			ln.check = true // the base is unknown: the head asks Redis
-		case h.Fence < 0:
+		case slices.Min(fences) < 0:
 			ln.handed, ln.place = nil, noPlace
 			ln.waiters[0].fail(scripts.ErrFenceNotIssued)
 		default:
 			ln.handed = nil
-			fences := make([]int64, len(ln.keys))
-			fences[0] = h.Fence
-			hold := ls.env.NewHold(ln.waiters[0].req, ln.token, fences, base, h.Lease)
-			hold.ShortenTo(base.Add(min(h.Lease, placeLease))) // the place's deadline bounds it (see handOff in line.lua)
-			ls.grant(ln, hold, h.Lease)
+			hold := ls.env.NewHold(ln.waiters[0].req, ln.token, fences, base, lease)
+			hold.ShortenTo(base.Add(min(lease, placeLease))) // the place's deadline bounds it (see handOff in line.lua)
+			ls.grant(ln, hold, lease)
 		}
 	}
 	if len(ln.waiters) > 0 {
 		ln.waiters[0].poke()
 		return
 	}
-	if !ln.detached && !ln.own && ln.handed == nil && hasHold(ln) {
+	if !ln.detached && !ln.own && len(ln.handed) == 0 && hasHold(ln) {
 		// Nobody waits: the line keeps its hold (for the Locker's next
 		// Obtain to be passed it), not its place in Redis.
 		if ln.place != noPlace || ln.inflight > 0 || ln.firstAttempt.MayRun() {
@@ -617,7 +621,7 @@ func (ls *Lines) update(ln *line) {
 		return
 	}
 	ls.detach(ln)
-	if ln.token != "" && (ln.place != noPlace || ln.handed != nil || ln.inflight > 0 || ln.firstAttempt.MayRun()) {
+	if ln.token != "" && (ln.place != noPlace || len(ln.handed) > 0 || ln.inflight > 0 || ln.firstAttempt.MayRun()) {
 		// Clean up (see withdrawToken); replies to come are for a token the
 		// line has left.
 		ls.withdrawToken(ln)
@@ -785,7 +789,7 @@ func (ls *Lines) PrepareRelease(h *lease.Hold) Release {
 	if len(ln.waiters) > 0 {
 		return Release{}
 	}
-	if ln.place != noPlace && ln.handed == nil && ln.inflight == 0 && !ln.firstAttempt.MayRun() {
+	if ln.place != noPlace && len(ln.handed) == 0 && ln.inflight == 0 && !ln.firstAttempt.MayRun() {
 		ls.detach(ln)
 		ln.inflight++ // the place goes in the release's script
 		return Release{ln: ln, Withdraw: ln.token}
@@ -828,9 +832,8 @@ func (ls *Lines) Released(keys []string, rel Release, res scripts.ReleaseResult,
 }
 
 // handedTo records a hand-off of key to h.Token, if that is the token of
-// one of our lines; else it is not ours, or of a line that left: its
-// withdrawal passes it on. A set's line is asked to try instead (FenceAsk:
-// see line.lua): it takes its keys itself.
+// one of our lines (a set's waits for all its keys); else it is not ours,
+// or of a line that left: its withdrawal passes it on.
 func (ls *Lines) handedTo(key string, h scripts.Handoff) {
 	ln := ls.byKey[key]
 	if ln == nil || ln.token != h.Token {
@@ -838,16 +841,15 @@ func (ls *Lines) handedTo(key string, h scripts.Handoff) {
 			return
 		}
 	}
-	if h.Fence == scripts.FenceAsk {
-		ln.check = true
-	} else {
-		ln.handed = &h
+	if ln.handed == nil {
+		ln.handed = map[string]scripts.Handoff{}
 	}
+	ln.handed[key] = h
 	ls.update(ln)
 }
 
 // ask makes the heads of the lines of keys ask Redis whether a key was
-// handed to them (a set's, whether it may take them). ls.mu is held.
+// handed to them. ls.mu is held.
 func (ls *Lines) ask(keys []string) {
 	ask := func(ln *line) {
 		if ln.place == placed && len(ln.waiters) > 0 && slices.ContainsFunc(ln.keys, func(k string) bool { return slices.Contains(keys, k) }) {

@@ -224,8 +224,8 @@ type ReleaseResult struct {
 
 // A Handoff is a hand-off of the key to a token (a line's): Fence is its
 // fence, 0 for none, -1 when it could not be issued (the place was
-// dropped), FenceAsk for a set's turn; Lease is the lease it asked for (see
-// the line layer for what it got).
+// dropped); Lease is the lease it asked for (see the line layer for what it
+// got).
 type Handoff struct {
 	At    int // the index of its key, among a set's
 	Token string

@@ -127,10 +127,6 @@ const (
 	LeaseUnknown  = -4 * time.Millisecond // no reply said how long the holder keeps the key (a quorum's attempts)
 )
 
-// FenceAsk is the fence of an announcement to a set's place (see line.lua):
-// not a hand-off, but its turn on a key; its waiter tries to take them all.
-const FenceAsk = -2
-
 // The marks of a lock's modes in a script's arguments and replies (see
 // Mode.arg and what inspect.lua reports), and of how a hand-off is
 // announced (see Wakeup.pub).
@@ -139,8 +135,6 @@ const (
 	markShared     = "s"
 	markForeign    = "?" // a string this layout did not write (Inspect: ModeForeign)
 	markSemaphore  = "p" // inspect.lua's name of a semaphore
-	markSetX       = "X" // a set's exclusive place (see line.lua)
-	markSetS       = "S" // a set's shared place
 	markPublish    = "p"
 	markSPublish   = "s"
 	spentField     = "~spent"  // the places field that is there while a token of the key may be spent
@@ -162,8 +156,8 @@ func luaConsts() string {
 		{"OK", ReplyOK}, {"NOT_OURS", ReplyNotOurs}, {"SUPERSEDED", ReplySuperseded}, {"STALE_FENCE", ReplyStaleFence},
 		{"NOT_PLAIN", ReplyNotPlain}, {"WRONG_KIND", replyWrongKind}, {"OTHER_PERMITS", replyOtherPermits},
 		{"NO_FENCE", replyNoFence}, {"NO_PLACE", replyNoPlace},
-		{"NO_EXPIRY", LeaseNoExpiry.Milliseconds()}, {"ONLY_LINE", LeaseOnlyLine.Milliseconds()}, {"ASK", FenceAsk},
-		{"EXCLUSIVE", markExclusive}, {"SHARED", markShared}, {"SET_EXCLUSIVE", markSetX}, {"SET_SHARED", markSetS}, {"FOREIGN", markForeign}, {"SEMAPHORE", markSemaphore},
+		{"NO_EXPIRY", LeaseNoExpiry.Milliseconds()}, {"ONLY_LINE", LeaseOnlyLine.Milliseconds()},
+		{"EXCLUSIVE", markExclusive}, {"SHARED", markShared}, {"FOREIGN", markForeign}, {"SEMAPHORE", markSemaphore},
 		{"PUB", markPublish}, {"SPUB", markSPublish}, {"SPENT_FIELD", spentField}, {"HANDED_FIELD", handedField}, {"MAX_FENCE", MaxIssuedFence},
 	} {
 		v := fmt.Sprint(c.value)

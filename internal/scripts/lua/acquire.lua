@@ -14,12 +14,11 @@
 --         attempt), "0" to renew the place the token has: a place is taken
 --         once per token, so that a place confirmed by a reply was taken
 --         before any hand-off to its token (a hand-off removes the place
---         for good). A renewal of one key's place never takes a free key:
---         only a hand-off to its place gives it the key (a copy of it that
---         runs after the hand-off's lease ran out takes nothing). A set's
---         renewal takes its keys when it is first in every line and they
---         all fit: it still has its places then, which its taking removes,
---         so a late copy finds none and takes nothing.
+--         for good). A renewal never takes a free key: only a hand-off to
+--         its place gives it a key (a copy of it that runs after the
+--         hand-off's lease ran out takes nothing). A set's renewal keeps
+--         the keys handed to it so far, for ARGV[4] ms or their lease,
+--         while it waits for the others.
 -- ARGV[6] the mode: EXCLUSIVE, SHARED, or a number of permits (one key)
 -- ARGV[7] PUB or SPUB: how a hand-off to the place is announced (PUBLISH,
 --         or SPUBLISH on a Cluster)
@@ -28,15 +27,16 @@
 -- returns {OK, fence, ...} when the token holds the key (every key) now,
 --         with the lease ARGV[2] from now or longer: it fit with nobody in
 --         line, it was handed to the token (by this run, or by an earlier
---         script whose announcement the waiter had not heard yet), a set
---         was first in every line, or an earlier attempt whose reply was
+--         script whose announcement the waiter had not heard yet: a set's
+--         last key), or an earlier attempt whose reply was
 --         lost had taken it (a lease that ends later already is left as it
 --         is). A fence per key: the hand-off's when a hand-off gave it the
 --         key (this run's, or an earlier one this attempt crossed), else a
 --         new fence with ARGV[3], else 0.
 --         {NOT_OURS, ms} when it does not fit: ms is blockedFor's (the
---         longest of the keys'). With ARGV[4] > 0 the token now has a place
---         in line (in every key's), kept ARGV[4] ms from now.
+--         longest of the keys' it does not hold). With ARGV[4] > 0 the token
+--         now has a place in line (in the line of every key it does not
+--         hold), kept ARGV[4] ms from now.
 --         {NO_PLACE, ONLY_LINE} when the token was to renew its place, and
 --         has none (in a line of its keys): the place lapsed, or the key
 --         was handed to it and that lease ran out; or when the token is
@@ -53,7 +53,6 @@
 
 local token, ttl, fenced, keep, first, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3] == "1", tonumber(ARGV[4]), ARGV[5] == "1", ARGV[6]
 local pub, channel, desc = ARGV[7], ARGV[8], ARGV[9]
-local set = #locks > 1
 
 if redis.call("EXISTS", SPENT) == 1 then
 	return {NO_PLACE, ONLY_LINE}
@@ -70,7 +69,7 @@ for i, k in ipairs(locks) do
 	end
 	if kind ~= EXCLUSIVE and kind ~= FOREIGN and redis.call("EXISTS", k.LINE) == 1 then
 		-- (nothing fits an exclusive holder: no hand-off)
-		local _, handed = handOff(k, nil, token) -- to the first in line, if it fits: maybe this token
+		local _, handed = handOff(k, nil) -- to the first in line, if it fits: maybe this token
 		if handed > 0 then
 			kind = kindOf(k)
 		end
@@ -78,21 +77,21 @@ for i, k in ipairs(locks) do
 	kinds[i] = kind
 end
 
--- mine: the token holds every key already; free: it may take every key now
--- (plain ifs: miniredis's Lua evaluates "x = x and f() and g()" wrong)
-local mine, free = true, true
+-- held: the token holds the key already (handed to its place, or taken by
+-- an earlier copy of this attempt); mine: it holds every key; free: it may
+-- take every key now (plain ifs: miniredis's Lua evaluates "x = x and f()
+-- and g()" wrong)
+local held, mine, free = {}, true, first
 for i, k in ipairs(locks) do
-	if mine and not isHolder(k, token, mode, kinds[i]) then
+	held[i] = isHolder(k, token, mode, kinds[i])
+	if not held[i] then
 		mine = false
 	end
 	if free and not fits(k, mode, kinds[i]) then
 		free = false
 	end
-	if free then
-		local head = redis.call("LINDEX", k.LINE, 0)
-		if not ((first and not head) or (set and not first and head == token)) then
-			free = false
-		end
+	if free and redis.call("LINDEX", k.LINE, 0) then
+		free = false
 	end
 end
 if mine or free then
@@ -100,7 +99,7 @@ if mine or free then
 	for i, k in ipairs(locks) do
 		-- a hand-off of this run, or one that this attempt crossed, issued it a
 		-- fence: it keeps it (one fence per acquisition)
-		fences[i] = given[token] or 0
+		fences[i] = given[token .. " " .. k.K] or 0
 		if mine and fences[i] == 0 then
 			fences[i] = tonumber(redis.call("HGET", k.PLACES, HANDED_FIELD .. token) or "0")
 		end
@@ -131,9 +130,12 @@ if mine or free then
 	return {OK, unpack(fences)}
 end
 
-local blocked = ONLY_LINE -- the longest of the keys'; no expiry is longest
+local blocked = ONLY_LINE -- the longest of the keys' it does not hold; no expiry is longest
 for i, k in ipairs(locks) do
-	local b = blockedFor(k, mode, kinds[i])
+	local b = ONLY_LINE
+	if not held[i] then
+		b = blockedFor(k, mode, kinds[i])
+	end
 	if b == NO_EXPIRY or blocked == NO_EXPIRY then
 		blocked = NO_EXPIRY
 	else
@@ -141,27 +143,27 @@ for i, k in ipairs(locks) do
 	end
 end
 if keep > 0 then
-	for _, k in ipairs(locks) do
-		local problem = fenced and fenceProblem(k.FENCE)
+	for i, k in ipairs(locks) do
+		local problem = not held[i] and fenced and fenceProblem(k.FENCE)
 		if problem then
 			for _, kj in ipairs(locks) do
 				withdraw(kj, token)
 			end
 			return {NO_FENCE, problem}
 		end
-		if not first and redis.call("HEXISTS", k.PLACES, token) == 0 then
+		if not first and not held[i] and redis.call("HEXISTS", k.PLACES, token) == 0 then
 			for _, kj in ipairs(locks) do
 				withdraw(kj, token)
 			end
 			return {NO_PLACE, blocked}
 		end
 	end
-	local placed = mode
-	if set then
-		placed = string.upper(mode)
-	end
-	for _, k in ipairs(locks) do
-		place(k, token, keep, ttl, ARGV[3], placed, pub, channel, desc)
+	for i, k in ipairs(locks) do
+		if held[i] then -- a set's key handed to it: kept while it waits for the others
+			lengthenHold(k, token, mode, keep)
+		else
+			place(k, token, keep, ttl, ARGV[3], mode, pub, channel, desc)
+		end
 	end
 end
 return {NOT_OURS, blocked}

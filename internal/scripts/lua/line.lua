@@ -4,22 +4,14 @@
 -- A place is the field of its token in the places hash, whose value is
 -- "deadline ttl fenced mode pub channel desc" (see scripts.go's table), and
 -- its token in the line list, first in line first. The place of a set
--- (ObtainMulti) is in the line of each of its keys, with its mode in
--- capitals (SET_EXCLUSIVE, SET_SHARED): it is never handed a key, since it
--- takes all its keys at once; when it is first in a line whose key fits it,
--- it is asked to try (announced with the fence ASK), and its attempt takes
--- every key when it is first in every line.
+-- (ObtainMulti) is in the line of each of its keys, put there by one script
+-- run, so that the places of sets are in the same order in every line: it
+-- is handed each key as a one-key place is, when it is first in that key's
+-- line, and holds what it was handed, within its place's deadline, until it
+-- has them all (see acquire.lua).
 
 local PLACE = "^(%d+) (%d+) ([01]) (%w+) ([" .. PUB .. SPUB .. "]) (%S+) (.*)$"
-local given = {} -- token -> the fence a hand-off of this run gave it (0: none)
-
--- the mode a place of mode asks for, and whether it is a set's
-local function placeMode(mode)
-	if mode == SET_EXCLUSIVE or mode == SET_SHARED then
-		return string.lower(mode), true
-	end
-	return mode, false
-end
+local given = {} -- token .. " " .. key -> the fence a hand-off of this run gave it (0: none)
 
 -- how long until a holder that keeps mode from fitting k.K, which holds
 -- kind, may end (ms): NO_EXPIRY when it has no expiry (a string this layout
@@ -40,17 +32,20 @@ end
 
 -- the mode of the first live place in k's line, or nil
 local function lineMode(k)
-	for _, token in ipairs(redis.call("LRANGE", k.LINE, 0, -1)) do
-		local deadline, mode
+	for i = 0, math.huge do
+		local token = redis.call("LINDEX", k.LINE, i)
+		if not token then
+			return nil
+		end
+		local deadline, mode, _
 		local value = redis.call("HGET", k.PLACES, token)
 		if value then
 			deadline, _, _, mode = string.match(value, PLACE)
 		end
 		if deadline and tonumber(deadline) >= now then
-			return (placeMode(mode))
+			return mode
 		end
 	end
-	return nil
 end
 
 -- why a holder of mode can never take k.K, which holds kind: {WRONG_KIND,
@@ -111,13 +106,11 @@ end
 -- some are free. Each gets its lease, but not beyond its place's deadline.
 -- Lapsed places (their waiter stopped renewing them) are dropped on the
 -- way, and so is a place whose fence cannot be issued (told with fence -1).
--- A set's place stops the hand-offs; when k.K fits it, it is asked to try
--- (fence ASK), unless it is self's (the caller's own). An exclusive holder
--- stops them too: nothing fits after it. Each hand-off is
--- announced on the place's channel, except those on the channel mine (when
--- not nil): those are returned instead, as a flat list token, fence,
--- lease. The second result is the number of hand-offs.
-local function handOff(k, mine, self)
+-- An exclusive holder stops the hand-offs: nothing fits after it. Each
+-- hand-off is announced on the place's channel, except those on the channel
+-- mine (when not nil): those are returned instead, as a flat list token,
+-- fence, lease. The second result is the number of hand-offs.
+local function handOff(k, mine)
 	local own, n = {}, 0
 	while true do
 		local token = redis.call("LINDEX", k.LINE, 0)
@@ -130,20 +123,6 @@ local function handOff(k, mine, self)
 			deadline, ttl, fenced, mode, pub, channel, desc = string.match(value, PLACE)
 		end
 		local live = deadline and tonumber(deadline) >= now
-		local set
-		if live then
-			mode, set = placeMode(mode)
-		end
-		if live and set then
-			if token ~= self and fits(k, mode, kindOf(k)) then
-				if channel == mine then
-					append(own, token, ASK, tonumber(ttl))
-				else
-					announce(k, pub, channel, ASK, ttl, token)
-				end
-			end
-			return own, n
-		end
 		if live and not fits(k, mode, kindOf(k)) then
 			return own, n
 		end
@@ -157,7 +136,7 @@ local function handOff(k, mine, self)
 			if fence >= 0 then
 				local lease = math.min(tonumber(ttl), tonumber(deadline) - now + 1)
 				take(k, token, mode, lease, desc)
-				given[token] = fence
+				given[token .. " " .. k.K] = fence
 				n = n + 1
 				if fence > 0 then -- for an attempt of token that crossed this hand-off
 					redis.call("HSET", k.PLACES, HANDED_FIELD .. token, fence)

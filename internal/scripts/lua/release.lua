@@ -35,7 +35,7 @@ for i, k in ipairs(locks) do
 	if alsoWithdraw ~= "" then
 		withdraw(k, alsoWithdraw)
 	end
-	local handed, m = handOff(k, mine, nil)
+	local handed, m = handOff(k, mine)
 	n = n + m
 	for j = 1, #handed, 3 do
 		append(own, i, handed[j], handed[j + 1], handed[j + 2])
