@@ -298,17 +298,18 @@ const releaseTimeout = 5 * time.Second
 // No deadlock. A set waits in the line of each of its keys with one place,
 // the same token in each line, put there by one script run: the places of
 // one slot's lines are in the order those runs came, the same in every
-// line. A set's place is never handed a key: it takes its keys itself,
-// when it is first in every line and they all fit (see line.lua). The
-// earliest place of all that wait is then first in each of its lines, and
-// takes its keys once their holders, who wait for nothing, release them or
-// their leases end. Across slots, every set takes the slots in the same
-// order and holds none of a later slot while it waits for an earlier one,
-// so no cycle of waiters forms (a caller that nests its own locks in
-// another order can still make one). No starvation: a set's place is first
-// in the line of a key until it takes it; a key that falls free meanwhile
-// stays free, for nobody may overtake the first in line, and the set is
-// asked to try (see handOff).
+// line. A set's place is handed each key, as a one-key place is, when it
+// is first in that key's line (see handOff in line.lua); the set keeps
+// what it was handed while it waits for the rest, and has the lock when it
+// has them all. A waiter holds keys only where it was first in line, so it
+// waits only for places earlier than its own, or for holders who wait for
+// nothing: the earliest place of all that wait is first in each of its
+// lines, and gets its keys once their holders release them or their leases
+// end. Across slots, every set takes the slots in the same order and holds
+// none of a later slot while it waits for an earlier one, so no cycle of
+// waiters forms (a caller that nests its own locks in another order can
+// still make one). No starvation: a set's place is first in the line of a
+// key until it is handed it, and nobody overtakes the first in line.
 
 // MaxKeys is the most keys ObtainMulti takes.
 const MaxKeys = 64
