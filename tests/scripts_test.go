@@ -35,13 +35,12 @@ import (
 type script string
 
 const (
-	takeScript        script = "take"         // a plain lock's acquisition
-	dropScript        script = "drop"         // a plain lock's release
-	renewScript       script = "renew"        // an exclusive lease's refresh or renewal
-	acquireScript     script = "acquire"      // an attempt of the line and the lock family
-	releaseScript     script = "release"      // a release of the line and the lock family
-	renewSharedScript script = "renew_shared" // a reader's or a permit's refresh or renewal
-	inspectScript     script = "inspect"      // Inspect
+	takeScript    script = "take"    // a plain lock's acquisition
+	dropScript    script = "drop"    // a plain lock's release
+	renewScript   script = "renew"   // a lease's refresh or renewal
+	acquireScript script = "acquire" // an attempt of the line and the lock family
+	releaseScript script = "release" // a release of the line and the lock family
+	inspectScript script = "inspect" // Inspect
 )
 
 // scriptTexts maps the text of each of the library's scripts, and the SHA1
@@ -205,7 +204,7 @@ func loadScripts(t testing.TB, rdb *redis.Client) {
 	require.NoError(t, c.FlushDB(ctx).Err())
 	mu.Lock()
 	defer mu.Unlock()
-	for _, s := range []script{takeScript, dropScript, renewScript, acquireScript, releaseScript, renewSharedScript, inspectScript} {
+	for _, s := range []script{takeScript, dropScript, renewScript, acquireScript, releaseScript, inspectScript} {
 		require.True(t, ran[s], "the library ran no %s script", s)
 	}
 }
@@ -306,7 +305,7 @@ func TestScripts_RecognisedByName(t *testing.T) {
 		mu.Unlock()
 		runScripts(t, ctx, rdb, "k")
 		want := []script{takeScript, "pttl", dropScript, acquireScript, renewScript, inspectScript, "fenced_set", releaseScript,
-			acquireScript, renewSharedScript, "pttl_shared", releaseScript}
+			acquireScript, renewScript, "pttl", releaseScript}
 		if !loaded { // a script's first run is an EVALSHA that finds NOSCRIPT, then an EVAL
 			var runs []script
 			for _, s := range want {

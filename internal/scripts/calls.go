@@ -280,24 +280,9 @@ type RefreshArgs struct {
 	Described bool // the holder has a description (WithHolder)
 }
 
-// Call returns the script run of a: renew.lua for an exclusive holder,
-// renew_shared.lua for others.
+// Call returns renew.lua's run of a.
 func (a RefreshArgs) Call(ks Keyspace) Call {
-	if !a.Mode.Exclusive() {
-		return Call{renewSharedScript, ks.familyKeys(a.Keys, ""),
-			[]any{a.Token, a.TTL.Milliseconds(), a.Gen, boolArg(a.Fenced), a.Mode.arg()}}
-	}
-	var rkeys []string
-	for _, key := range a.Keys {
-		rkeys = append(rkeys, ks.Lock(key), ks.Side(key, gensKind))
-		if a.Fenced {
-			rkeys = append(rkeys, ks.Fence(key))
-		}
-		if a.Described {
-			rkeys = append(rkeys, ks.Side(key, holdersKind))
-		}
-	}
-	return Call{renewScript, rkeys, []any{a.Token, a.TTL.Milliseconds(), a.Gen, boolArg(a.Fenced), boolArg(a.Described)}}
+	return Call{renewScript, ks.familyKeys(a.Keys, ""), []any{a.Token, a.TTL.Milliseconds(), a.Gen, boolArg(a.Fenced), a.Mode.arg(), boolArg(a.Described)}}
 }
 
 // ParseRefresh reads renew.lua's (renew_shared.lua's) reply: its code
@@ -326,28 +311,54 @@ func ParseRefresh(cmd *redis.Cmd) (code int64, fences []int64, missing int, err 
 	return code, fences, 0, nil
 }
 
-// PTTL runs pttl.lua (pttl_shared.lua): the lease left of token at keys
-// (the shortest, for a set's), LeaseNotHeld when token does not hold them
-// all.
+// PTTL runs pttl.lua: the lease left of token at keys in mode m (the
+// shortest, for a set's), LeaseNotHeld when token does not hold them all.
 func (r *Redis) PTTL(ctx context.Context, keys []string, token string, m Mode) (time.Duration, error) {
-	rkeys := make([]string, len(keys))
-	for i, key := range keys {
-		rkeys[i] = r.Keys.Lock(key)
-	}
-	s := Call{pttlScript, rkeys, []any{token}}
-	if !m.Exclusive() {
-		s.script = pttlSharedScript
-	}
-	cmd, _ := s.run(ctx, r.Client, r.Timing)
-	code, v, err := codeAndValue(cmd)
-	if err != nil {
-		return 0, err
-	}
-	if code != ReplyOK {
+	h, err := r.holding(ctx, keys, token, m.arg())
+	if err == nil && h.Missing > 0 {
 		return LeaseNotHeld, nil
 	}
-	ms, _ := v.(int64)
-	return time.Duration(ms) * time.Millisecond, nil
+	return h.Left, err
+}
+
+// A Holding is how a token holds keys, as pttl.lua found it.
+type Holding struct {
+	Mode    Mode
+	Gen     int64         // the highest generation Redis ran for the token
+	Left    time.Duration // the shortest lease left
+	Missing int           // the first key not held (from 1); 0 when the token holds them all
+}
+
+// Resume runs pttl.lua for the mode token holds keys in: how it holds them.
+func (r *Redis) Resume(ctx context.Context, keys []string, token string) (Holding, error) {
+	return r.holding(ctx, keys, token, "")
+}
+
+// holding runs pttl.lua for token at keys in mode (a script argument; ""
+// for the one it holds them in).
+func (r *Redis) holding(ctx context.Context, keys []string, token, mode string) (Holding, error) {
+	cmd, _ := Call{pttlScript, r.Keys.familyKeys(keys, ""), []any{token, mode}}.run(ctx, r.Client, r.Timing)
+	res, err := cmd.Slice()
+	if err != nil {
+		return Holding{}, err
+	}
+	code, _ := replyInt(res, 0)
+	if code != ReplyOK || len(res) != 4 {
+		i, _ := replyInt(res, 1)
+		return Holding{Missing: max(int(i), 1)}, nil
+	}
+	var h Holding
+	switch m, _ := res[2].(string); m {
+	case markExclusive:
+	case markShared:
+		h.Mode.Shared = true
+	default:
+		h.Mode.Permits, _ = strconv.Atoi(m)
+	}
+	ms, _ := replyInt(res, 1)
+	h.Left = time.Duration(ms) * time.Millisecond
+	h.Gen, _ = replyInt(res, 3)
+	return h, nil
 }
 
 // Info is what inspect.lua found at a key (see the root package's Info).
@@ -397,40 +408,6 @@ func (r *Redis) Inspect(ctx context.Context, key string) (Info, error) {
 		info.Holders = append(info.Holders, Holder{Token: token, Description: desc, TTL: time.Duration(ms) * time.Millisecond})
 	}
 	return info, nil
-}
-
-// A Holding is how a token holds keys, as resume.lua found it.
-type Holding struct {
-	Mode    Mode
-	Gen     int64         // the highest generation Redis ran for the token
-	Left    time.Duration // the shortest lease left
-	Missing int           // the first key not held (from 1); 0 when the token holds them all
-}
-
-// Resume runs resume.lua: how token holds keys.
-func (r *Redis) Resume(ctx context.Context, keys []string, token string) (Holding, error) {
-	cmd, _ := Call{resumeScript, r.Keys.familyKeys(keys, ""), []any{token}}.run(ctx, r.Client, r.Timing)
-	res, err := cmd.Slice()
-	if err != nil {
-		return Holding{}, err
-	}
-	code, _ := replyInt(res, 0)
-	if code != ReplyOK || len(res) != 4 {
-		i, _ := replyInt(res, 1)
-		return Holding{Missing: max(int(i), 1)}, nil
-	}
-	var h Holding
-	switch m, _ := res[1].(string); m {
-	case markExclusive:
-	case markShared:
-		h.Mode.Shared = true
-	default:
-		h.Mode.Permits, _ = strconv.Atoi(m)
-	}
-	h.Gen, _ = replyInt(res, 2)
-	ms, _ := replyInt(res, 3)
-	h.Left = time.Duration(ms) * time.Millisecond
-	return h, nil
 }
 
 // FenceStep runs fence_step.lua on the fence counter of the lock on key:

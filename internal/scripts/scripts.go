@@ -16,10 +16,9 @@
 //	Obtain, TryObtain, the line  Redis.Attempt                   acquire.lua
 //	Release of a plain lock      DropArgs                        drop.lua
 //	Release, give-backs          Redis.Release                   release.lua
-//	Refresh, renewals            RefreshArgs.Call, ParseRefresh  renew.lua, renew_shared.lua
-//	TTL                          Redis.PTTL                      pttl.lua, pttl_shared.lua
+//	Refresh, renewals            RefreshArgs.Call, ParseRefresh  renew.lua
+//	TTL, Resume (a take-over)    Redis.PTTL, Redis.Resume        pttl.lua
 //	Inspect                      Redis.Inspect                   inspect.lua
-//	Resume (a take-over)         Redis.Resume                    resume.lua
 //	a quorum's fences            Redis.FenceStep                 fence_step.lua
 //	SetFenced                    FencedSet                       fenced_set.lua
 //
@@ -179,11 +178,8 @@ var (
 	acquireScript     = load("acquire")
 	releaseScript     = load("release")
 	renewScript       = load("renew")
-	renewSharedScript = load("renew_shared")
 	pttlScript        = load("pttl")
-	pttlSharedScript  = load("pttl_shared")
 	inspectScript     = load("inspect")
-	resumeScript      = load("resume")
 	fenceStepScript   = load("fence_step")
 	fencedSetScript   = load("fenced_set")
 )

@@ -17,8 +17,15 @@ for i = 1, #KEYS - 5, 6 do
 	locks[#locks + 1] = {K = KEYS[i], LINE = KEYS[i + 1], PLACES = KEYS[i + 2], GENS = KEYS[i + 3], HOLDERS = KEYS[i + 4], FENCE = KEYS[i + 5]}
 end
 local SPENT = KEYS[#locks * 6 + 1] -- the token's spent mark, when KEYS has one
-local clock = redis.call("TIME")
-local now = clock[1] * 1000 + math.floor(clock[2] / 1000) -- ms, Redis's clock
+local clockMs
+-- now is Redis's clock, in ms, read once per run when first needed
+local function now()
+	if not clockMs then
+		local t = redis.call("TIME")
+		clockMs = t[1] * 1000 + math.floor(t[2] / 1000)
+	end
+	return clockMs
+end
 local SHARED_MARK, PERMITS_MARK = LAYOUT .. ":shared", LAYOUT .. ":permits:"
 
 -- appends the values to the list t (values that are not nil)
@@ -109,9 +116,9 @@ end
 -- least E + ttl, as a key with PX ttl does, and K expires with it (Redis
 -- expires a key at PEXPIREAT e once its clock is past e).
 local function prune(k)
-	local lapsed = redis.call("ZRANGEBYSCORE", k.K, "(0", "(" .. now)
+	local lapsed = redis.call("ZRANGEBYSCORE", k.K, "(0", "(" .. now())
 	if #lapsed > 0 then
-		redis.call("ZREMRANGEBYSCORE", k.K, "(0", "(" .. now)
+		redis.call("ZREMRANGEBYSCORE", k.K, "(0", "(" .. now())
 		redis.pcall("HDEL", k.HOLDERS, unpack(lapsed))
 		redis.pcall("HDEL", k.GENS, unpack(lapsed))
 		setExpiry(k)
@@ -139,7 +146,7 @@ local function isHolder(k, token, mode, kind)
 		return k.value == token
 	end
 	local lease = redis.call("ZSCORE", k.K, token)
-	return lease and tonumber(lease) >= now
+	return lease and tonumber(lease) >= now()
 end
 
 -- makes token hold k.K in mode for ms from now; desc ("": none) describes
@@ -157,7 +164,7 @@ local function take(k, token, mode, ms, desc)
 			end
 			redis.call("ZADD", k.K, 0, mark)
 		end
-		redis.call("ZADD", k.K, now + ms, token)
+		redis.call("ZADD", k.K, now() + ms, token)
 		lengthen(k.K, ms)
 	end
 	if desc ~= "" then
@@ -174,7 +181,7 @@ local function lengthenHold(k, token, mode, ms)
 	if mode == EXCLUSIVE then
 		lengthen(k.K, ms)
 	else
-		redis.call("ZADD", k.K, "GT", now + ms, token)
+		redis.call("ZADD", k.K, "GT", now() + ms, token)
 		lengthen(k.K, ms)
 	end
 	if redis.pcall("HEXISTS", k.HOLDERS, token) == 1 then

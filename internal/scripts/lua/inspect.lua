@@ -23,17 +23,17 @@ elseif kind and kind ~= "" then
 	if kind ~= SHARED then
 		what, permits = SEMAPHORE, tonumber(kind)
 	end
-	local rs = redis.call("ZRANGEBYSCORE", k.K, now, "+inf", "WITHSCORES")
+	local rs = redis.call("ZRANGEBYSCORE", k.K, now(), "+inf", "WITHSCORES")
 	for i = 1, #rs, 2 do
 		held[#held + 1] = rs[i]
-		held[#held + 1] = tonumber(rs[i + 1]) - now
+		held[#held + 1] = tonumber(rs[i + 1]) - now()
 		held[#held + 1] = redis.call("HGET", k.HOLDERS, rs[i]) or ""
 	end
 end
 local waiting = 0
 for _, token in ipairs(redis.call("LRANGE", k.LINE, 0, -1)) do
 	local value = redis.call("HGET", k.PLACES, token)
-	if value and tonumber(string.match(value, PLACE) or "0") >= now then
+	if value and tonumber(string.match(value, PLACE) or "0") >= now() then
 		waiting = waiting + 1
 	end
 end

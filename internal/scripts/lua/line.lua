@@ -25,7 +25,7 @@ local function blockedFor(k, mode, kind)
 	end
 	local first = redis.call("ZRANGEBYSCORE", k.K, "(0", "+inf", "WITHSCORES", "LIMIT", 0, 1)
 	if first[2] then
-		return math.max(tonumber(first[2]) - now, 0)
+		return math.max(tonumber(first[2]) - now(), 0)
 	end
 	return ONLY_LINE
 end
@@ -42,7 +42,7 @@ local function lineMode(k)
 		if value then
 			deadline, _, _, mode = string.match(value, PLACE)
 		end
-		if deadline and tonumber(deadline) >= now then
+		if deadline and tonumber(deadline) >= now() then
 			return mode
 		end
 	end
@@ -77,7 +77,7 @@ end
 
 -- keeps a place in k's line for token for keep ms
 local function place(k, token, keep, ttl, fenced, mode, pub, channel, desc)
-	local value = (now + keep) .. " " .. ttl .. " " .. fenced .. " " .. mode .. " " .. pub .. " " .. channel .. " " .. desc
+	local value = (now() + keep) .. " " .. ttl .. " " .. fenced .. " " .. mode .. " " .. pub .. " " .. channel .. " " .. desc
 	if redis.call("HSET", k.PLACES, token, value) == 1 then
 		redis.call("RPUSH", k.LINE, token)
 	end
@@ -122,7 +122,7 @@ local function handOff(k, mine)
 		if value then
 			deadline, ttl, fenced, mode, pub, channel, desc = string.match(value, PLACE)
 		end
-		local live = deadline and tonumber(deadline) >= now
+		local live = deadline and tonumber(deadline) >= now()
 		if live and not fits(k, mode, kindOf(k)) then
 			return own, n
 		end
@@ -134,7 +134,7 @@ local function handOff(k, mine)
 				fence = issueFence(k.FENCE) or -1
 			end
 			if fence >= 0 then
-				local lease = math.min(tonumber(ttl), tonumber(deadline) - now + 1)
+				local lease = math.min(tonumber(ttl), tonumber(deadline) - now() + 1)
 				take(k, token, mode, lease, desc)
 				given[token .. " " .. k.K] = fence
 				n = n + 1

@@ -1,57 +1,55 @@
--- renew: sets the lease of an exclusive lock if it is still held (of every
--- key, for a set), and issues it a fence (one per key) when asked.
--- parts: fence generation
+-- renew: sets the lease of a holder, in its mode, if it still holds its key
+-- (every key, for a set), and issues it a fence (one per key) when asked.
+-- parts: fence generation family
 --
--- KEYS    per key, in this order: the lock key; its gens hash (see
---         leaseClock); its fence counter, when ARGV[4] is "1"; its holders
---         hash, when ARGV[5] is "1"
+-- KEYS    familyKeys(keys, ""): per key its lock key, line, places, gens,
+--         holders and fence counter
 -- ARGV[1] token
 -- ARGV[2] new ttl in ms (>= 1)
--- ARGV[3] the command's generation (see leaseClock)
+-- ARGV[3] the command's generation (see the lease clock)
 -- ARGV[4] "1" to issue new fences, "0" not to
--- ARGV[5] "1" when the holder has a description (WithHolder), "0" if not
+-- ARGV[5] the mode: EXCLUSIVE, SHARED or a number of permits
+-- ARGV[6] "1" when the holder has a description (WithHolder), "0" if not
 -- returns {OK, fence, ...} when every key held the token and its lease was
 --         set to ARGV[2] (a fence per key: new, or 0);
 --         {SUPERSEDED, 0} when the keys hold the token but Redis has run a
 --         command of a later generation for it: nothing changed;
---         {NOT_OURS, i} when the set's i-th key (1 for one key) is absent
---         or holds anything else: nothing changed;
+--         {NOT_OURS, i} when the set's i-th key (1 for one key) is not held
+--         by the token: nothing changed;
 --         {NO_FENCE, why} when a fence could not be issued: nothing
 --         changed.
 
-local token, ttl, gen, fenced, described = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == "1", ARGV[5] == "1"
-local stride = 2
-if fenced then
-	stride = stride + 1
-end
-if described then
-	stride = stride + 1
-end
+local token, ttl, gen, fenced, mode, described = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == "1", ARGV[5], ARGV[6] == "1"
 
-for i = 1, #KEYS, stride do
-	if redis.pcall("GET", KEYS[i]) ~= token then
-		return {NOT_OURS, (i - 1) / stride + 1}
+for i, k in ipairs(locks) do
+	if not isHolder(k, token, mode, kindOf(k)) then
+		return {NOT_OURS, i}
 	end
-	if ranLater(KEYS[i + 1], token, gen) then
+	if ranLater(k.GENS, token, gen) then
 		return {SUPERSEDED, 0}
 	end
 end
 local fences = {}
-for i = 1, #KEYS, stride do
-	local fence, problem = 0, nil
+for i, k in ipairs(locks) do
+	local problem
+	fences[i] = 0
 	if fenced then
-		fence, problem = issueFence(KEYS[i + 2])
-		if not fence then
+		fences[i], problem = issueFence(k.FENCE)
+		if not fences[i] then
 			return {NO_FENCE, problem}
 		end
 	end
-	fences[#fences + 1] = fence
 end
-for i = 1, #KEYS, stride do
-	recordGeneration(KEYS[i + 1], token, gen, ttl)
-	redis.call("PEXPIRE", KEYS[i], ttl)
+for _, k in ipairs(locks) do
+	recordGeneration(k.GENS, token, gen, ttl)
+	if mode == EXCLUSIVE then
+		redis.call("PEXPIRE", k.K, ttl)
+	else
+		redis.call("ZADD", k.K, now() + ttl, token)
+		setExpiry(k)
+	end
 	if described then
-		redis.call("PEXPIRE", KEYS[i + stride - 1], ttl)
+		lengthen(k.HOLDERS, ttl)
 	end
 end
 return {OK, unpack(fences)}
