@@ -173,15 +173,15 @@ var luaFiles embed.FS
 
 // The scripts, each the file of its name in lua/ (see load).
 var (
-	takeScript        = load("take")
-	Drop              = load("drop")
-	acquireScript     = load("acquire")
-	releaseScript     = load("release")
-	renewScript       = load("renew")
-	pttlScript        = load("pttl")
-	inspectScript     = load("inspect")
-	fenceStepScript   = load("fence_step")
-	fencedSetScript   = load("fenced_set")
+	takeScript      = load("take")
+	Drop            = load("drop")
+	acquireScript   = load("acquire")
+	releaseScript   = load("release")
+	renewScript     = load("renew")
+	pttlScript      = load("pttl")
+	inspectScript   = load("inspect")
+	fenceStepScript = load("fence_step")
+	fencedSetScript = load("fenced_set")
 )
 
 // parts finds a script's "-- parts:" line.
