@@ -468,7 +468,7 @@ func (o *options) bad(withTTL bool) error {
 // given up by Obtains that ended, and locks that acquisitions abandoned at
 // their deadline took and give back. Without it, a process that exits right
 // after an Obtain gave up may leave its place in line for up to a second
-// (placeLease: see docs/how-it-works.md), and be handed the key meanwhile
+// (see docs/how-it-works.md), and be handed the key meanwhile
 // for that long. It also ends the Locker's pub/sub subscriptions, once no
 // Obtain waits (within 100 ms, or once go-redis gives up on a network that
 // does not answer), and waits for them, so that no goroutine of the Locker
