@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,54 +15,45 @@ import (
 	"github.com/seed5e0b76d9/redislock/internal/scripts"
 )
 
-// A quorum Locker holds each lock on a majority of independent Redis
-// masters (NewQuorum): the same token, with the same lease, on at least
-// len(nodes)/2+1 of them. Two majorities share a node, and a node holds a
-// key for one token at a time, so no two quorum locks of a key are held at
-// once, as long as no node forgets a lock it holds (see the restart rule in
-// NewQuorum).
+// A Quorum holds each lock on a majority of independent Redis masters
+// (NewQuorum): the same token, with the same lease, on at least
+// len(nodes)/2+1 of them. Two majorities share a master, and a master
+// holds a key for one token at a time, so no two quorum locks of a key are
+// held at once, as long as no master forgets a lock it holds (see the
+// restart rule in NewQuorum).
 //
-// Every operation is sent to every node at once and decided as soon as the
-// replies allow it, without waiting for the rest:
-//
-//   - an acquisition holds the lock when a majority of nodes took the key;
-//     it has failed when so many did not that a majority cannot, and is
-//     then released on every node, also those that did not answer (when
-//     their reply comes);
-//   - a renewal or Refresh sets the lease when a majority set it, and finds
-//     the lock lost when so many no longer hold it that a majority cannot;
-//   - a release has released the lock when a majority released it, and
-//     found it not held when so many did not hold it that a majority cannot
-//     have released it; the releases on the other nodes go on;
-//   - TTL is the lease that a majority still has.
-//
-// The lease clock (see the lease layer's clock) holds for the quorum: a command counts as
-// setting the lease only when a majority set it, and then each of those
-// nodes keeps the key at least as long as the clock says (the argument of
-// the lease clock, node by node, with each node's generations), so until is
-// never later than the expiry on a majority of nodes: nobody else can take
-// a majority before it.
+// Every operation is sent to every master at once (see ask) and decided as
+// soon as the replies allow, without waiting for the rest; each method
+// states its rule. The lease clock (see the lease layer's clock) holds for
+// the quorum: a command counts as setting the lease only when a majority
+// set it, and each of those masters keeps the key at least as long as the
+// clock says (the clock's argument, master by master, with each one's
+// generations), so until is never later than the expiry on a majority:
+// nobody else can take a majority before it.
 type Quorum struct {
 	env   *lease.Env
 	nodes []*scripts.Redis // one per master, for its client and its timeouts
+	all   []int            // every master's index: 0, 1, ...
 }
 
 // NewQuorum returns the Quorum of clients, one per master, with the
 // library's keys under ns; env.Store becomes the Quorum.
 func NewQuorum(clients []redis.UniversalClient, ns string, env *lease.Env) *Quorum {
 	q := &Quorum{env: env}
-	bound := scripts.WithdrawTimeout
-	for _, c := range clients {
-		r := scripts.NewRedis(c, ns)
-		q.nodes = append(q.nodes, r)
-		bound = max(bound, r.ReleaseBound())
+	env.Store, env.ReleaseBound = q, scripts.WithdrawTimeout
+	for i, c := range clients {
+		q.nodes, q.all = append(q.nodes, scripts.NewRedis(c, ns)), append(q.all, i)
+		env.ReleaseBound = max(env.ReleaseBound, q.nodes[i].ReleaseBound())
 	}
-	env.Store, env.ReleaseBound = q, bound
 	return q
 }
 
-// majority is how many nodes make a majority.
-func (q *Quorum) majority() int { return len(q.nodes)/2 + 1 }
+// majority is how many masters make a majority. enough reports whether c
+// masters make one; blocks, whether c masters are so many that the others
+// cannot. Each decision rule below is said with them.
+func (q *Quorum) majority() int     { return len(q.nodes)/2 + 1 }
+func (q *Quorum) enough(c int) bool { return c >= q.majority() }
+func (q *Quorum) blocks(c int) bool { return c > len(q.nodes)-q.majority() }
 
 // minQuorumTTL is the shortest lease of a quorum lock: its drift
 // allowance (see lease.Drift) must leave room for the round trips.
@@ -85,32 +75,98 @@ func (q *Quorum) Check(r *lease.Request) error {
 	return nil
 }
 
-// A reply is one node's answer to an operation sent to every node.
+// A reply is one master's answer to a call of ask.
 type reply[T any] struct {
-	node int
+	node int // the master's index
 	v    T
 	err  error
 }
 
-// fanOut runs f on every node at once, with ctx, and returns a channel that
-// receives each node's reply; it has room for all of them, so the calls
-// never wait for a reader.
-func fanOut[T any](ctx context.Context, q *Quorum, f func(ctx context.Context, n *scripts.Redis) (T, error)) <-chan reply[T] {
-	ch := make(chan reply[T], len(q.nodes))
-	for i, n := range q.nodes {
+// A tally is the replies to an operation so far: the values of those that
+// said yes (who: their masters), how many said no, and the errors of the
+// others, each naming its master.
+type tally[T any] struct {
+	ok   []T
+	who  []int
+	no   int
+	errs []error
+}
+
+// add counts r: its error, or else yes (keeping its value) or no.
+func (t *tally[T]) add(r reply[T], yes bool) {
+	switch {
+	case r.err != nil:
+		t.errs = append(t.errs, fmt.Errorf("master %d: %w", r.node, r.err))
+	case yes:
+		t.ok, t.who = append(t.ok, r.v), append(t.who, r.node)
+	default:
+		t.no++
+	}
+}
+
+// joined is t's errors, joined with cause, ctx's end, when it cut the
+// replies short; failure, the error of an operation that fewer than a
+// majority answered without an error.
+func (t *tally[T]) joined(q *Quorum, cause error) error {
+	if answered := len(t.ok) + t.no + len(t.errs); answered < len(q.nodes) && cause != nil {
+		return errors.Join(append(t.errs, fmt.Errorf("%d of %d masters did not answer: %w", len(q.nodes)-answered, len(q.nodes), cause))...)
+	}
+	return errors.Join(t.errs...)
+}
+
+func (t *tally[T]) failure(q *Quorum, cause error) error {
+	return fmt.Errorf("fewer than a majority (%d of %d) of the masters answered without an error: %w", q.majority(), len(q.nodes), t.joined(q, cause))
+}
+
+// ask runs call on each of masters at once, each in a goroutine of its own,
+// and hands each reply, as it comes, to count, which adds it to the tally
+// (see tally.add) and reports whether the replies decide the operation. It
+// returns the tally once they do, every master replied, or ctx ends. The
+// calls that had not replied go on, each until its own context ends (the
+// channel has room for every reply: none waits for a reader); when after
+// is not nil, it runs once they all replied, as background work (see
+// Shutdown).
+func ask[T any](ctx context.Context, q *Quorum, masters []int, call func(*scripts.Redis) (T, error), count func(*tally[T], reply[T]) bool, after func()) *tally[T] {
+	ch := make(chan reply[T], len(masters))
+	for _, m := range masters {
 		go func() {
-			v, err := f(ctx, n)
-			ch <- reply[T]{i, v, err}
+			v, err := call(q.nodes[m])
+			ch <- reply[T]{m, v, err}
 		}()
 	}
-	return ch
+	t, got := &tally[T]{}, 0
+	for decided := false; !decided && got < len(masters); {
+		select {
+		case r := <-ch:
+			got++
+			decided = count(t, r)
+		case <-ctx.Done():
+			decided = true
+		}
+	}
+	if after != nil {
+		q.env.Background.Go(func() {
+			for range len(masters) - got {
+				<-ch
+			}
+			after()
+		})
+	}
+	return t
+}
+
+// bounded is f bounded by ctx (see scripts.Bounded), as a call for ask.
+func bounded[T any](ctx context.Context, f func(context.Context, *scripts.Redis) (T, error)) func(*scripts.Redis) (T, error) {
+	return func(n *scripts.Redis) (T, error) {
+		return scripts.Bounded(ctx, n.Timing.Direct, func(ctx context.Context) (T, error) { return f(ctx, n) }, nil)
+	}
 }
 
 // straggle returns the context for calls whose replies are wanted after
 // the operation is decided (so that a lock is taken and renewed on every
 // master that can, not only on the first majority): it is not cancelled
 // with ctx, and ends at ctx's deadline or after d, whichever comes first.
-// Cancel it once every call has ended (see finish).
+// Cancel it once every call has ended (ask's after).
 func straggle(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	if dl, ok := ctx.Deadline(); ok {
 		d = min(d, time.Until(dl))
@@ -118,150 +174,79 @@ func straggle(ctx context.Context, d time.Duration) (context.Context, context.Ca
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
-// finish receives, in the background, the replies of ch that had not come
-// (got of len(q.nodes) had), handing each to late (nil: none), and then
-// calls done.
-func finish[T any](q *Quorum, ch <-chan reply[T], got int, late func(reply[T]), done func()) {
-	q.env.Background.Go(func() {
-		for range len(q.nodes) - got {
-			r := <-ch
-			if late != nil {
-				late(r)
-			}
-		}
-		done()
-	})
-}
-
-// gather receives replies from ch until decide says the outcome is known,
-// every node replied, or ctx ends. It returns the replies received.
-func gather[T any](ctx context.Context, q *Quorum, ch <-chan reply[T], decide func([]reply[T]) bool) []reply[T] {
-	var got []reply[T]
-	for len(got) < len(q.nodes) {
-		select {
-		case r := <-ch:
-			got = append(got, r)
-			if decide(got) {
-				return got
-			}
-		case <-ctx.Done():
-			return got
-		}
-	}
-	return got
-}
-
-// nodeErrors joins the errors of replies, each naming its node, and err
-// (ctx's end, when the replies were cut short).
-func (q *Quorum) nodeErrors(errs []error, answered int, err error) error {
-	if answered < len(q.nodes) && err != nil {
-		errs = append(errs, fmt.Errorf("%d of %d masters did not answer: %w", len(q.nodes)-answered, len(q.nodes), err))
-	}
-	return fmt.Errorf("fewer than a majority (%d of %d) of the masters answered without an error: %w", q.majority(), len(q.nodes), errors.Join(errs...))
-}
-
-// An attemptOutcome is what one attempt found.
-type attemptOutcome struct {
-	taken    bool  // a majority took the key
-	err      error // nil when a majority answered (taken, or contention); else it joins the masters' errors
-	cut      bool  // ctx ended before the replies decided
-	hopeless bool  // more than a minority failed for good (see scripts.Permanent): a majority cannot answer again
-}
-
-// attempt makes one acquisition of lk's key, for its token and lease.
+// attempt makes one acquisition of h's key, for its token and lease.
 //
 // It is decided as soon as the replies allow, and not before: taken when a
 // majority took the key; contention (err == nil) when a majority answered
-// and too few of them took it for a majority to; a failure when so many
-// failed that a majority cannot answer. While a majority could still
-// answer, or still take the key, it waits. When ctx ends first, err also
-// names the masters that did not answer.
+// and too few of them took it for a majority to; a failure (err joins the
+// masters' errors) when so many failed that a majority cannot answer.
+// While a majority could still answer, or still take the key, it waits;
+// cut reports that ctx ended first (err then also names the masters that
+// did not answer). hopeless reports that more than a minority failed for
+// good (see scripts.Permanent): a majority cannot answer again.
 //
-// Each node's call goes on after that, for at most ttl/2 (see straggle),
-// and its outcome is dealt with, in the background (see Shutdown), once
-// the attempt is decided and the outcome known (by bounded's late callback
-// for a call abandoned at the deadline): a node that took the key, or may have (its outcome is
-// unknown), gives it back when the attempt failed; and when it succeeded,
-// if lk's release had begun when the node's outcome came in (late): that
-// release may have run on the node before the attempt did, which would
-// leave the key there for its lease. A node whose success came in before
-// the release began needs nothing: the release was sent after the reply
-// came, so it runs there after the attempt did. (Checking when the outcome
-// is dealt with instead, after the decision, would give back the key on the
-// nodes of the very majority that the release is about to count.)
-func (q *Quorum) attempt(ctx context.Context, r *lease.Request, h *lease.Hold) attemptOutcome {
-	maj, n := q.majority(), len(q.nodes)
-	ttl := r.TTL
+// Each master's call goes on after that, for at most ttl/2 (see straggle),
+// and its outcome is settled in the background (see Shutdown) once the
+// attempt is decided and the outcome known (by scripts.Bounded's late callback for
+// a call abandoned at the deadline): a master that took the key, or may
+// have (its outcome is unknown), gives it back when the attempt failed;
+// and when it succeeded, if h's release had begun when that master's
+// outcome came in (late): that release may have run there before the
+// attempt did, which would leave the key there for its lease. A master
+// whose success came in before the release began needs nothing: the
+// release was sent after the reply came, so it runs there after the
+// attempt did. (Checking when the outcome is settled instead, after the
+// decision, would give back the key on the masters of the very majority
+// that the release is about to count.)
+func (q *Quorum) attempt(ctx context.Context, r *lease.Request, h *lease.Hold) (taken, cut, hopeless bool, err error) {
+	actx, cancel := straggle(ctx, max(r.TTL/2, time.Millisecond))
 	begun := func() bool { return h.State() != lease.Held }
-	actx, cancel := straggle(ctx, max(ttl/2, time.Millisecond))
-	var won bool
-	decided := make(chan struct{}) // closed once won is set
-	var open atomic.Int32          // nodes whose outcome finishNode has yet to see
-	open.Store(int32(n))
-	finishNode := func(node *scripts.Redis, res scripts.AttemptResult, err error, late bool) {
+	decided := make(chan struct{}) // closed once taken is set
+	settle := func(node *scripts.Redis, res scripts.AttemptResult, err error, late bool) {
+		defer q.env.Background.End()
 		<-decided
-		if (res.Ours || err != nil && !scripts.Refused(err)) && (!won || late) {
+		if (res.Ours || err != nil && !scripts.Refused(err)) && (!taken || late) {
 			q.giveBack(node, h.Keys, h.Token)
 		}
-		if open.Add(-1) == 0 {
-			cancel()
+	}
+	for range q.nodes {
+		q.env.Background.Begin() // each ended by settle
+	}
+	lost := 0 // failed for good
+	done := func(t *tally[scripts.AttemptResult]) bool {
+		return q.enough(len(t.ok)) || q.blocks(len(t.errs)) || q.enough(len(t.ok)+t.no) && q.blocks(t.no+len(t.errs))
+	}
+	t := ask(ctx, q, q.all, func(node *scripts.Redis) (scripts.AttemptResult, error) {
+		res, err := scripts.Bounded(actx, node.Timing.Direct, func(ctx context.Context) (scripts.AttemptResult, error) {
+			return node.Attempt(ctx, scripts.AttemptArgs{Keys: h.Keys, Token: h.Token, Holder: r.Holder, TTL: r.TTL})
+		}, func(res scripts.AttemptResult, err error) { settle(node, res, err, begun()) })
+		if !scripts.IsAbandoned(err) {
+			go settle(node, res, err, begun()) // begun: before the reply can count for the lock
 		}
-		q.env.Background.End()
-	}
-	ch := make(chan reply[scripts.AttemptResult], n)
-	for i, node := range q.nodes {
-		q.env.Background.Begin() // ended by finishNode
-		go func() {
-			a := scripts.AttemptArgs{Keys: h.Keys, Token: h.Token, Holder: r.Holder, TTL: ttl}
-			res, err := scripts.Bounded(actx, node.Timing.Direct, func(ctx context.Context) (scripts.AttemptResult, error) {
-				return node.Attempt(ctx, a)
-			}, func(res scripts.AttemptResult, err error) { finishNode(node, res, err, begun()) })
-			late := begun() // before the reply can count for the lock
-			ch <- reply[scripts.AttemptResult]{i, res, err}
-			if !scripts.IsAbandoned(err) {
-				finishNode(node, res, err, late)
-			}
-		}()
-	}
-
-	var ours, other, lost int // lost: failed for good
-	var errs []error
-	done := func() bool {
-		answered, failed := ours+other, len(errs)
-		return ours >= maj || failed > n-maj || (answered >= maj && other+failed > n-maj)
-	}
-	gather(ctx, q, ch, func(got []reply[scripts.AttemptResult]) bool {
-		r := got[len(got)-1]
-		switch {
-		case r.err != nil && scripts.IsCtxErr(r.err) && scripts.Ended(ctx):
+		return res, err
+	}, func(t *tally[scripts.AttemptResult], r reply[scripts.AttemptResult]) bool {
+		if r.err != nil && scripts.IsCtxErr(r.err) && scripts.Ended(ctx) {
 			return true // the caller's deadline: that says nothing about the master
-		case r.err != nil:
-			errs = append(errs, fmt.Errorf("master %d: %w", r.node, r.err))
-			if scripts.Permanent(r.err) {
-				lost++
-			}
-		case r.v.Ours:
-			ours++
-		default:
-			other++
 		}
-		return done()
-	})
-	won = ours >= maj
+		if t.add(r, r.v.Ours); r.err != nil && scripts.Permanent(r.err) {
+			lost++
+		}
+		return done(t)
+	}, cancel)
+	taken = q.enough(len(t.ok))
 	close(decided)
-
-	out := attemptOutcome{taken: won, cut: !done(), hopeless: lost > n-maj}
-	if ours+other < maj {
+	cut, hopeless = !done(t), q.blocks(lost)
+	if !q.enough(len(t.ok) + t.no) {
 		cause := ctx.Err()
-		if out.cut && cause == nil {
+		if cut && cause == nil {
 			cause = context.DeadlineExceeded // its timer has yet to fire
 		}
-		out.err = q.nodeErrors(errs, ours+other+len(errs), cause)
+		err = t.failure(q, cause)
 	}
-	return out
+	return taken, cut, hopeless, err
 }
 
-// giveBack releases key on node if token holds it there, and marks the
+// giveBack releases keys on node if token holds them there, and marks the
 // token spent there, in the background: the attempt of token on node may
 // have run, or may run later (a late copy), and takes nothing after that.
 // It tries again until it reaches the master (or its client is closed),
@@ -281,12 +266,12 @@ func (q *Quorum) giveBack(node *scripts.Redis, keys []string, token string) {
 	})
 }
 
-// Acquire is Node.Acquire for a quorum: it makes attempts, with
-// jittered backoff between them (o.wait == 0: one), until one takes the key
-// on a majority, ctx ends, or trying again cannot help: more than a
-// minority of the masters failed for good (a closed client, an error reply
-// that is not transient: see scripts.Permanent), so a majority cannot answer. It
-// also returns how many attempts it made.
+// Acquire is Node.Acquire for a quorum: it makes attempts, with jittered
+// backoff between them (r.Try: one), until one takes the key on a
+// majority, ctx ends, or trying again cannot help: more than a minority of
+// the masters failed for good (a closed client, an error reply that is not
+// transient: see scripts.Permanent), so a majority cannot answer. It also
+// returns how many attempts it made.
 //
 // An attempt that ctx cut short says nothing about Redis: when the wait
 // ends, the verdict is that of the last attempt the replies decided
@@ -296,29 +281,28 @@ func (q *Quorum) Acquire(ctx context.Context, r *lease.Request) (*lease.Hold, in
 	var last error // the last decided attempt's error: nil for contention
 	for attempts := 1; ; attempts++ {
 		h := q.env.NewQuorumHold(r, scripts.NewToken(), time.Now())
-		a := q.attempt(ctx, r, h)
-		if a.taken {
+		taken, cut, hopeless, err := q.attempt(ctx, r, h)
+		if taken {
 			if err := q.claim(ctx, r, h); err != nil {
 				return nil, attempts, err
 			}
 			return h, attempts, nil
 		}
-		if !a.cut || attempts == 1 {
-			last = a.err
+		if !cut || attempts == 1 {
+			last = err
 		}
-		if last != nil && (r.Try || a.hopeless) {
+		switch {
+		case last != nil && (r.Try || hopeless):
 			return nil, attempts, scripts.Failed("acquire", r.Key(), last)
-		}
-		if r.Try {
+		case r.Try:
 			return nil, attempts, line.NotObtained(r.Keys, nil, scripts.LeaseUnknown)
-		}
-		if scripts.Sleep(ctx, nil, backoff) != nil || ctx.Err() != nil {
-			if last != nil {
-				return nil, attempts, scripts.WaitFailed(r.Key(), ctx.Err(), last)
-			}
+		case scripts.Sleep(ctx, nil, backoff) == nil && ctx.Err() == nil:
+			backoff = line.NextBackoff(backoff, r.MinBackoff, r.MaxBackoff)
+		case last != nil:
+			return nil, attempts, scripts.WaitFailed(r.Key(), ctx.Err(), last)
+		default:
 			return nil, attempts, line.NotObtained(r.Keys, ctx.Err(), scripts.LeaseUnknown)
 		}
-		backoff = line.NextBackoff(backoff, r.MinBackoff, r.MaxBackoff)
 	}
 }
 
@@ -359,177 +343,99 @@ func (q *Quorum) claim(ctx context.Context, r *lease.Request, h *lease.Hold) err
 // from the first majority that answers; when fewer than a majority returned
 // f, the second step raises the counters to f on a majority.
 func (q *Quorum) fence(ctx context.Context, key string) (int64, error) {
-	maj := q.majority()
-	incr := gatherAll(ctx, q, func(ctx context.Context, n *scripts.Redis) (int64, error) {
-		return n.FenceStep(ctx, key, 0)
-	}, majorityOK[int64](q))
-	if len(incr.ok) < maj {
-		return 0, fmt.Errorf("issue the fence: %w", q.nodeErrors(incr.errs, incr.answered, ctx.Err()))
-	}
-	f := slices.Max(incr.ok)
-	if count(incr.ok, f) >= maj {
-		return f, nil
-	}
-	raise := gatherAll(ctx, q, func(ctx context.Context, n *scripts.Redis) (int64, error) {
-		return n.FenceStep(ctx, key, f)
-	}, majorityOK[int64](q))
-	if len(raise.ok) < maj {
-		return 0, fmt.Errorf("issue the fence: %w", q.nodeErrors(raise.errs, raise.answered, ctx.Err()))
-	}
-	return f, nil
-}
-
-// count returns how many of vs equal v.
-func count(vs []int64, v int64) int {
-	n := 0
-	for _, x := range vs {
-		if x == v {
-			n++
-		}
-	}
-	return n
-}
-
-// results are the replies of an operation sent to every node, until enough
-// succeeded.
-type results[T any] struct {
-	ok       []T     // the successful replies
-	errs     []error // the errors, each naming its master
-	answered int
-}
-
-// gatherAll runs f on every node and gathers the replies until decided
-// says they are enough, every node replied, or ctx ends. Each call is
-// bounded by ctx.
-func gatherAll[T any](ctx context.Context, q *Quorum, f func(ctx context.Context, n *scripts.Redis) (T, error), decided func(results[T]) bool) results[T] {
-	ch := fanOut(ctx, q, func(ctx context.Context, n *scripts.Redis) (T, error) {
-		return scripts.Bounded(ctx, n.Timing.Direct, func(ctx context.Context) (T, error) { return f(ctx, n) }, nil)
-	})
-	var res results[T]
-	gather(ctx, q, ch, func(got []reply[T]) bool {
-		r := got[len(got)-1]
-		res.answered++
-		if r.err != nil {
-			res.errs = append(res.errs, fmt.Errorf("master %d: %w", r.node, r.err))
-		} else {
-			res.ok = append(res.ok, r.v)
-		}
-		return decided(res)
-	})
-	return res
-}
-
-// majorityOK is gatherAll's decided for an operation that needs a majority
-// of successful replies.
-func majorityOK[T any](q *Quorum) func(results[T]) bool {
-	return func(r results[T]) bool { return len(r.ok) >= q.majority() }
-}
-
-// Renew renews each lease of sets on every node, in one pipeline per
-// node, and returns a reply per lease once the replies decide it: 1 when a
-// majority set the lease, 0 (lost) when so many no longer hold it that a
-// majority cannot, 2 when a majority holds it but not a majority set it (a
-// later command had run), -1 (failed) otherwise. (A quorum Locker's locks
-// take no WithReplicas: see check.)
-func (q *Quorum) Renew(ctx context.Context, calls []lease.Set) []lease.Reply {
-	maj, n := q.majority(), len(q.nodes)
-	sctx, cancel := straggle(ctx, time.Hour)
-	ch := fanOut(sctx, q, func(ctx context.Context, node *scripts.Redis) ([]*redis.Cmd, error) {
-		return scripts.Bounded(ctx, node.Timing.Direct, func(ctx context.Context) ([]*redis.Cmd, error) {
-			run := make([]scripts.Call, len(calls))
-			for i, s := range calls {
-				run[i] = s.Args.Call(node.Keys)
-			}
-			cmds, _, err := scripts.Pipeline(ctx, node.Client, run, scripts.Replicas{})
-			return cmds, err
+	var f int64 // 0: the first step increments; the second raises to f
+	for second := false; ; second = true {
+		to := f
+		step := bounded(ctx, func(ctx context.Context, n *scripts.Redis) (int64, error) { return n.FenceStep(ctx, key, to) })
+		t := ask(ctx, q, q.all, step, func(t *tally[int64], r reply[int64]) bool {
+			t.add(r, true)
+			return q.enough(len(t.ok))
 		}, nil)
-	})
-	set, held, lost := make([]int, len(calls)), make([]int, len(calls)), make([]int, len(calls))
-	errs := make([][]error, len(calls))
-	decided := func() bool {
-		for i := range calls {
-			if set[i] < maj && lost[i] <= n-maj {
-				return false
-			}
-		}
-		return true
-	}
-	got := gather(ctx, q, ch, func(got []reply[[]*redis.Cmd]) bool {
-		r := got[len(got)-1]
-		for i := range calls {
-			var code int64
-			err := r.err
-			if err == nil {
-				code, _, _, err = scripts.ParseRefresh(r.v[i])
-			}
-			switch {
-			case err != nil:
-				errs[i] = append(errs[i], fmt.Errorf("master %d: %w", r.node, err))
-			case code == scripts.ReplyOK:
-				set[i]++
-				held[i]++
-			case code == scripts.ReplySuperseded:
-				held[i]++
-			default:
-				lost[i]++
-			}
-		}
-		return decided()
-	})
-	finish(q, ch, len(got), nil, cancel)
-	replies := make([]lease.Reply, len(calls))
-	for i, s := range calls {
 		switch {
-		case set[i] >= maj:
+		case !q.enough(len(t.ok)):
+			return 0, fmt.Errorf("issue the fence: %w", t.failure(q, ctx.Err()))
+		case second:
+			return f, nil
+		}
+		slices.Sort(t.ok)
+		if f = t.ok[len(t.ok)-1]; t.ok[len(t.ok)-q.majority()] == f {
+			return f, nil // a majority returned f
+		}
+	}
+}
+
+// Renew renews each lease of sets on every master, in one pipeline per
+// master, and returns a reply per lease once the replies decide it: 1 when
+// a majority set the lease, 0 (lost) when so many no longer hold it that a
+// majority cannot, 2 when a majority holds it but not a majority set it (a
+// later command had run), -1 (failed) otherwise. The calls go on after
+// that, until ctx's deadline (see straggle). (A quorum Locker's locks take
+// no WithReplicas: see Check.)
+func (q *Quorum) Renew(ctx context.Context, calls []lease.Set) []lease.Reply {
+	sctx, cancel := straggle(ctx, time.Hour)
+	votes := make([]tally[int64], len(calls)) // per lease: yes (its code) when held, no when not
+	set := make([]int, len(calls))            // and how many of the yes set the lease
+	ask(ctx, q, q.all, bounded(sctx, func(ctx context.Context, node *scripts.Redis) ([]*redis.Cmd, error) {
+		run := make([]scripts.Call, len(calls))
+		for i, s := range calls {
+			run[i] = s.Args.Call(node.Keys)
+		}
+		cmds, _, err := scripts.Pipeline(ctx, node.Client, run, scripts.Replicas{})
+		return cmds, err
+	}), func(_ *tally[[]*redis.Cmd], r reply[[]*redis.Cmd]) bool {
+		decided := true
+		for i := range calls {
+			v := reply[int64]{node: r.node, err: r.err}
+			if v.err == nil {
+				v.v, _, _, v.err = scripts.ParseRefresh(r.v[i])
+			}
+			votes[i].add(v, v.v == scripts.ReplyOK || v.v == scripts.ReplySuperseded)
+			if v.err == nil && v.v == scripts.ReplyOK {
+				set[i]++
+			}
+			decided = decided && (q.enough(set[i]) || q.blocks(votes[i].no))
+		}
+		return decided
+	}, cancel)
+	replies := make([]lease.Reply, len(calls))
+	for i, v := range votes {
+		switch {
+		case q.enough(set[i]):
 			replies[i] = lease.Reply{Code: scripts.ReplyOK, Fences: make([]int64, 1)}
-		case lost[i] > n-maj:
+		case q.blocks(v.no):
 			replies[i] = lease.Reply{Code: scripts.ReplyNotOurs}
-		case held[i] >= maj:
+		case q.enough(len(v.ok)):
 			replies[i] = lease.Reply{Code: scripts.ReplySuperseded}
 		default:
-			replies[i] = lease.Reply{Err: scripts.Failed("renew", s.H.Keys[0], q.nodeErrors(errs[i], len(got), ctx.Err()))}
+			replies[i] = lease.Reply{Err: scripts.Failed("renew", calls[i].H.Keys[0], v.failure(q, ctx.Err()))}
 		}
 	}
 	return replies
 }
 
-// PTTL returns the lease that a majority of nodes still has for h: the
+// PTTL returns the lease that a majority of masters still has for h: the
 // majority-th longest of their leases; scripts.LeaseNotHeld when so many
-// nodes no longer hold it that a majority cannot.
+// masters no longer hold it that a majority cannot.
 func (q *Quorum) PTTL(ctx context.Context, h *lease.Hold) (time.Duration, error) {
-	maj, n := q.majority(), len(q.nodes)
-	ch := fanOut(ctx, q, func(ctx context.Context, node *scripts.Redis) (time.Duration, error) {
-		return scripts.Bounded(ctx, node.Timing.Direct, func(ctx context.Context) (time.Duration, error) {
-			return node.PTTL(ctx, h.Keys, h.Token, scripts.Mode{})
-		}, nil)
+	pttl := bounded(ctx, func(ctx context.Context, n *scripts.Redis) (time.Duration, error) {
+		return n.PTTL(ctx, h.Keys, h.Token, scripts.Mode{})
 	})
-	var left []time.Duration
-	var errs []error
-	var lost int
-	got := gather(ctx, q, ch, func(got []reply[time.Duration]) bool {
-		r := got[len(got)-1]
-		switch {
-		case r.err != nil:
-			errs = append(errs, fmt.Errorf("master %d: %w", r.node, r.err))
-		case r.v == scripts.LeaseNotHeld:
-			lost++
-		default:
-			left = append(left, r.v)
-		}
-		return len(left) >= maj || lost > n-maj
-	})
+	t := ask(ctx, q, q.all, pttl, func(t *tally[time.Duration], r reply[time.Duration]) bool {
+		t.add(r, r.v != scripts.LeaseNotHeld) // yes: its lease left
+		return q.enough(len(t.ok)) || q.blocks(t.no)
+	}, nil)
 	switch {
-	case len(left) >= maj:
-		slices.Sort(left)
-		return left[len(left)-maj], nil
-	case lost > n-maj:
+	case q.enough(len(t.ok)):
+		slices.Sort(t.ok)
+		return t.ok[len(t.ok)-q.majority()], nil
+	case q.blocks(t.no):
 		return scripts.LeaseNotHeld, nil
 	}
-	return 0, q.nodeErrors(errs, len(got), ctx.Err())
+	return 0, t.failure(q, ctx.Err())
 }
 
-// Release releases h on every node and returns as soon as the replies
-// decide (see lease.Store): released when a majority released it (a node
+// Release releases h on every master and returns as soon as the replies
+// decide (see lease.Store): released when a majority released it (a master
 // whose release go-redis may have sent twice, and that answered before
 // Until that it did not hold the key, counts as one that did: see
 // lease.Hold.Ended); not held when so many did not hold it that a majority
@@ -537,50 +443,35 @@ func (q *Quorum) PTTL(ctx context.Context, h *lease.Hold) (time.Duration, error)
 // (too many failed), or, saying that the releases go on, when ctx ended
 // first.
 //
-// Each node's release goes on after that, in the background (see Shutdown), until
-// it is answered or go-redis gives up on it, with a deadline of the node's
-// releaseBound: not with ctx, which a client that stops at deadlines
-// (ContextTimeoutEnabled) would abandon at the caller's deadline, leaving
-// the lock on that node for its lease.
+// Each master's release goes on after that, in the background (see
+// Shutdown), until it is answered or go-redis gives up on it, with a
+// deadline of the master's ReleaseBound: not with ctx, which a client that
+// stops at deadlines (ContextTimeoutEnabled) would abandon at the caller's
+// deadline, leaving the lock on that master for its lease. The token is
+// spent also on a master it held nothing on, so that a late copy of its
+// attempt takes nothing there.
 func (q *Quorum) Release(ctx context.Context, h *lease.Hold) error {
-	maj, n := q.majority(), len(q.nodes)
-	ch := make(chan reply[scripts.ReleaseResult], n)
-	for i, node := range q.nodes {
-		q.env.Background.Go(func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), node.ReleaseBound())
-			defer cancel()
-			// Spent: the token is spent also on a master it held nothing on,
-			// so that a late copy of its attempt takes nothing there.
-			res, err := node.Release(rctx, scripts.ReleaseArgs{Keys: h.Keys, Token: h.Token, Spend: node.SpendFor()})
-			ch <- reply[scripts.ReleaseResult]{i, res, err}
-		})
+	for range q.nodes {
+		q.env.Background.Begin() // each ended by its call
 	}
-	var ok, notHeld int
-	var errs []error
-	gather(ctx, q, ch, func(got []reply[scripts.ReleaseResult]) bool {
-		r := got[len(got)-1]
-		switch {
-		case r.err != nil:
-			errs = append(errs, fmt.Errorf("master %d: %w", r.node, r.err))
-		case r.v.Released, r.v.Resent && h.MayHaveReleased():
-			ok++
-		default:
-			notHeld++
-		}
-		left := n - len(got)
-		return ok >= maj || notHeld > n-maj || (ok+left < maj && notHeld+left <= n-maj)
-	})
+	t := ask(ctx, q, q.all, func(node *scripts.Redis) (scripts.ReleaseResult, error) {
+		defer q.env.Background.End()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), node.ReleaseBound())
+		defer cancel()
+		return node.Release(rctx, scripts.ReleaseArgs{Keys: h.Keys, Token: h.Token, Spend: node.SpendFor()})
+	}, func(t *tally[scripts.ReleaseResult], r reply[scripts.ReleaseResult]) bool {
+		t.add(r, r.err == nil && (r.v.Released || r.v.Resent && h.MayHaveReleased())) // no: did not hold it
+		left := len(q.nodes) - len(t.ok) - t.no - len(t.errs)
+		return q.enough(len(t.ok)) || q.blocks(t.no) || !q.enough(len(t.ok)+left) && !q.blocks(t.no+left)
+	}, nil)
 	switch {
-	case ok >= maj:
+	case q.enough(len(t.ok)):
 		return h.Ended(nil, false, nil)
-	case notHeld > n-maj:
+	case q.blocks(t.no):
 		return h.Ended(h.Keys, false, nil)
 	}
-	err := errors.Join(errs...)
-	if answered := ok + notHeld + len(errs); answered < n {
-		err = errors.Join(err, fmt.Errorf("%d of %d masters did not answer: %w", n-answered, n, ctx.Err()))
-	}
-	err = fmt.Errorf("%d of %d masters released the lock and %d did not hold it, too few to decide (a majority is %d): %w", ok, n, notHeld, maj, err)
+	err := fmt.Errorf("%d of %d masters released the lock and %d did not hold it, too few to decide (a majority is %d): %w",
+		len(t.ok), len(q.nodes), t.no, q.majority(), t.joined(q, ctx.Err()))
 	if ctx.Err() != nil {
 		_ = h.Ended(nil, false, nil) // the releases go on: it is not held any more
 		return scripts.GoesOn(h.Keys, err)
@@ -609,11 +500,11 @@ func (q *Quorum) Batch(*lease.Hold) string { return "" }
 // is its Locker's.
 func (q *Quorum) Shutdown(context.Context) error { return nil }
 
-// Inspect is Node.Inspect for a quorum: the holders that a
-// majority of the masters report, each with the lease a majority of them
-// still has; the highest fence any reports. Nobody waits in a line.
+// Inspect is Node.Inspect for a quorum: the holders that a majority of the
+// masters report, each with the lease a majority of them still has; the
+// highest fence any reports. Nobody waits in a line.
 //
-// It returns as soon as the replies decide every holder (see decidedBy).
+// It returns as soon as the replies decide every holder (see infoOf).
 // When the answers agree that is the fastest majority. When they differ (a
 // write still on its way to one of them, a lock on a minority being given
 // back) it waits for more, and ctx's end before they decide is an error,
@@ -626,95 +517,45 @@ func (q *Quorum) Shutdown(context.Context) error { return nil }
 // one after it show it was there when the last answer was read; and the
 // leases are those of the new reads.
 func (q *Quorum) Inspect(ctx context.Context, key string) (scripts.Info, error) {
-	maj, n := q.majority(), len(q.nodes)
-	read := func(ctx context.Context, node *scripts.Redis) (nodeInfo, error) {
-		info, err := node.Inspect(ctx, key)
-		return nodeInfo{node, info}, err
-	}
-	waited := false
-	all := gatherAll(ctx, q, read, func(r results[nodeInfo]) bool {
-		decided := len(r.ok) >= maj && decidedBy(r.ok, n, maj)
-		waited = waited || len(r.ok) >= maj && !decided
-		return decided
-	})
-	if len(all.ok) < maj {
-		return scripts.Info{}, q.nodeErrors(all.errs, all.answered, ctx.Err())
-	}
-	if !decidedBy(all.ok, n, maj) {
+	read := bounded(ctx, func(ctx context.Context, node *scripts.Redis) (scripts.Info, error) { return node.Inspect(ctx, key) })
+	waited, decided := false, false
+	t := ask(ctx, q, q.all, read, func(t *tally[scripts.Info], r reply[scripts.Info]) bool {
+		t.add(r, true)
+		_, decided = q.infoOf(t.ok)
+		waited = waited || q.enough(len(t.ok)) && !decided
+		return q.enough(len(t.ok)) && decided
+	}, nil)
+	answers := t.ok
+	switch {
+	case !q.enough(len(answers)):
+		return scripts.Info{}, t.failure(q, ctx.Err())
+	case !decided:
 		return scripts.Info{}, fmt.Errorf("the masters that answered (%d of %d) disagree on who holds %q, and a majority is %d: %w",
-			len(all.ok), n, key, maj, errors.Join(append(all.errs, ctx.Err())...))
-	}
-	answers := all.ok
-	if waited {
+			len(answers), len(q.nodes), key, q.majority(), errors.Join(append(t.errs, ctx.Err())...))
+	case waited:
 		last := len(answers) - 1
-		again, err := readAgain(ctx, answers[:last], read)
-		if err != nil {
-			return scripts.Info{}, fmt.Errorf("the masters disagreed on who holds %q, and reading them again failed: %w", key, err)
+		again := ask(context.WithoutCancel(ctx), q, t.who[:last], read, func(t *tally[scripts.Info], r reply[scripts.Info]) bool {
+			t.add(r, true)
+			return false // every reply: the calls end by ctx's end
+		}, nil)
+		if len(again.errs) > 0 {
+			return scripts.Info{}, fmt.Errorf("the masters disagreed on who holds %q, and reading them again failed: %w", key, errors.Join(again.errs...))
 		}
-		answers = append(again, answers[last])
+		answers = append(again.ok, answers[last])
 	}
-	return infoOf(answers, maj), nil
+	info, _ := q.infoOf(answers)
+	return info, nil
 }
 
-// A nodeInfo is one master's answer to Inspect.
-type nodeInfo struct {
-	node *scripts.Redis
-	scripts.Info
-}
-
-// decidedBy says whether answers, of as many masters of n, decide every
-// holder: each token they report (and data of another kind) is there on a
-// majority (maj), or too few masters are left to make one (a master whose
-// call failed counts as one left: it may hold it).
-func decidedBy(answers []nodeInfo, n, maj int) bool {
-	count, other := map[string]int{}, 0
-	for _, a := range answers {
-		for _, h := range a.Holders {
-			count[h.Token]++
-		}
-		if a.Other() {
-			other++
-		}
-	}
-	open := func(c int) bool { return c < maj && c+n-len(answers) >= maj }
-	for _, c := range count {
-		if open(c) {
-			return false
-		}
-	}
-	return !open(other)
-}
-
-// readAgain reads the masters of answers again, at once, and returns their
-// new answers, or the errors of those that failed.
-func readAgain(ctx context.Context, answers []nodeInfo, read func(context.Context, *scripts.Redis) (nodeInfo, error)) ([]nodeInfo, error) {
-	ch := make(chan reply[nodeInfo], len(answers))
-	for i, a := range answers {
-		go func() {
-			v, err := scripts.Bounded(ctx, a.node.Timing.Direct, func(ctx context.Context) (nodeInfo, error) { return read(ctx, a.node) }, nil)
-			ch <- reply[nodeInfo]{i, v, err}
-		}()
-	}
-	again := make([]nodeInfo, 0, len(answers))
-	var errs []error
-	for range answers {
-		if r := <-ch; r.err != nil {
-			errs = append(errs, r.err)
-		} else {
-			again = append(again, r.v)
-		}
-	}
-	return again, errors.Join(errs...)
-}
-
-// infoOf is what answers, one per master, say together of key: each token
-// a majority (maj) report, with the lease a majority of them still has;
-// the mode a majority report, when someone holds the key or it holds data
-// of another kind; the highest fence.
-func infoOf(answers []nodeInfo, maj int) scripts.Info {
-	var info scripts.Info
-	held := map[string][]scripts.Holder{}
-	modes := map[string]int{}
+// infoOf is what answers, one per master, say together: each token a
+// majority report, with the lease a majority of them still has; the mode a
+// majority report, when someone holds the key or it holds data of another
+// kind; the highest fence. decided says whether they decide every holder:
+// each token they report (and data of another kind) is there on a
+// majority, or too few masters are left to make one (a master whose call
+// failed counts as one left: it may hold it).
+func (q *Quorum) infoOf(answers []scripts.Info) (info scripts.Info, decided bool) {
+	held, modes := map[string][]scripts.Holder{}, map[string]int{}
 	for _, a := range answers {
 		info.Fence = max(info.Fence, a.Fence)
 		m := a.Mode
@@ -726,16 +567,19 @@ func infoOf(answers []nodeInfo, maj int) scripts.Info {
 			held[h.Token] = append(held[h.Token], h)
 		}
 	}
+	open := func(c int) bool { return !q.enough(c) && q.enough(c+len(q.nodes)-len(answers)) }
+	decided = !open(modes["other"])
 	for _, hs := range held {
-		if len(hs) >= maj {
+		decided = decided && !open(len(hs))
+		if q.enough(len(hs)) {
 			slices.SortFunc(hs, func(a, b scripts.Holder) int { return cmp.Compare(a.TTL, b.TTL) })
-			info.Holders = append(info.Holders, hs[len(hs)-maj]) // the lease a majority still has
+			info.Holders = append(info.Holders, hs[len(hs)-q.majority()]) // the lease a majority still has
 		}
 	}
 	for m, c := range modes { // at most one mode has a majority
-		if c >= maj && (len(info.Holders) > 0 || m == "other") {
+		if q.enough(c) && (len(info.Holders) > 0 || m == "other") {
 			info.Mode = m
 		}
 	}
-	return info
+	return info, decided
 }
