@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -210,8 +211,19 @@ func isSpentFlag(rdb redis.UniversalClient, k string) bool {
 	if !strings.Contains(k, "}:rl1:places:") {
 		return false
 	}
+	// The spent flag, and the fences of hand-offs to holders that died
+	// (their lease ran out; the field goes with the hash, which the flag
+	// keeps as long as the mark: see spend.lua)
 	fields, err := rdb.HKeys(context.Background(), k).Result()
-	return err == nil && len(fields) == 1 && fields[0] == "~spent"
+	if err != nil || !slices.Contains(fields, "~spent") {
+		return false
+	}
+	for _, f := range fields {
+		if f != "~spent" && !strings.HasPrefix(f, "~fence:") {
+			return false
+		}
+	}
+	return true
 }
 
 // requireOnlyMarks fails t if Redis holds any key but release marks.
