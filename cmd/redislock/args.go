@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/seed5e0b76d9/redislock"
 	"github.com/seed5e0b76d9/redislock/cmd/redislock/internal/redisurl"
 )
@@ -106,8 +108,13 @@ func parseRun(args []string, getenv func(string) string) (runConfig, error) {
 		}
 	}
 	byShell := len(given(fs, "c")) > 0
-	if err := checkKeys(pos); err != nil {
+	if err := checkKeys("run", pos); err != nil {
 		return c, err
+	}
+	for _, key := range pos {
+		if strings.Contains(key, "\n") {
+			return c, errorf("run: KEY %q: a KEY must not hold a newline (%s lists them one a line)", key, keysEnv)
+		}
 	}
 	switch {
 	case byShell && dashes:
@@ -171,28 +178,26 @@ func parseRun(args []string, getenv func(string) string) (runConfig, error) {
 // KEY with ErrInvalidKey.
 const libraryKeys = "}:rl1:"
 
-// checkKeys returns a usage error when the KEYs of run are not 1 to
-// redislock.MaxKeys distinct, non-empty keys that the library takes (none
-// with "}:rl1:" in it: those name the library's own keys beside a lock). No
-// KEY holds a newline either, one KEY included: REDISLOCK_KEYS lists them
-// one a line.
-func checkKeys(keys []string) error {
+// checkKeys returns a usage error of cmd (run, release) when keys are not
+// 1 to redislock.MaxKeys distinct, non-empty keys that the library takes
+// (none with "}:rl1:" in it: those name the library's own keys beside a
+// lock). run also refuses a newline in a KEY, one KEY included:
+// REDISLOCK_KEYS lists them one a line.
+func checkKeys(cmd string, keys []string) error {
 	switch {
 	case len(keys) == 0:
-		return errorf("run: no KEY")
+		return errorf("%s: no KEY", cmd)
 	case len(keys) > redislock.MaxKeys:
-		return errorf("run: %d KEYs: at most %d", len(keys), redislock.MaxKeys)
+		return errorf("%s: %d KEYs: at most %d", cmd, len(keys), redislock.MaxKeys)
 	}
 	for i, key := range keys {
 		switch {
 		case key == "":
-			return errorf("run: empty KEY")
+			return errorf("%s: empty KEY", cmd)
 		case slices.Contains(keys[:i], key):
-			return errorf("run: KEY %q given twice", key)
-		case strings.Contains(key, "\n"):
-			return errorf("run: KEY %q: a KEY must not hold a newline (%s lists them one a line)", key, keysEnv)
+			return errorf("%s: KEY %q given twice", cmd, key)
 		case strings.Contains(key, libraryKeys):
-			return errorf("run: KEY %q: keys with %q in them are the library's own", key, libraryKeys)
+			return errorf("%s: KEY %q: keys with %q in them are the library's own", cmd, key, libraryKeys)
 		}
 	}
 	return nil
@@ -276,6 +281,77 @@ func parseStatus(args []string, getenv func(string) string) (statusConfig, error
 		return c, err
 	}
 	return c, nil
+}
+
+// releaseConfig is a valid command line of release.
+type releaseConfig struct {
+	keys      []string // KEY...: one key, or a set's keys
+	token     string   // -token: the token that holds them
+	redisURL  string
+	namespace string // as run's
+}
+
+// parseRelease parses the arguments of release (after "release"). It
+// checks everything that can be checked without Redis: the KEYs as run's
+// (a newline aside: release sets no variable of them), the token as the
+// library does (see checkResume), the URL.
+func parseRelease(args []string, getenv func(string) string) (releaseConfig, error) {
+	var c releaseConfig
+	fs := newFlagSet("release")
+	fs.StringVar(&c.token, "token", "", "")
+	url := fs.String("redis", "", "")
+	fs.StringVar(&c.namespace, "namespace", "", "")
+	pos, err := parseInterspersed(fs, args)
+	switch {
+	case err != nil:
+		return c, err
+	case len(given(fs, "token")) == 0:
+		return c, errorf("release: no -token TOKEN (the token of the lock, as status shows it)")
+	case c.token == "":
+		return c, errorf("release: -token: empty TOKEN")
+	}
+	if err = checkKeys("release", pos); err != nil {
+		return c, err
+	}
+	if err = checkResume(pos, c.token); err != nil {
+		return c, err
+	}
+	c.keys = pos
+	if err = checkNamespace("release", c.namespace); err != nil {
+		return c, err
+	}
+	if c.redisURL, err = redisURL(fs, *url, getenv); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// checkResume returns a usage error when Locker.Resume would refuse keys
+// and token as input: a token the library does not issue (Lock.Token: what
+// status shows, and run puts in REDISLOCK_TOKEN), such as the string of
+// another owner's lock (mode foreign), or a key it does not take (checkKeys
+// applies its rules already). The library checks them: Resume checks its
+// input before anything else, and with a context already ended sends
+// nothing; its client here is one that goes nowhere.
+func checkResume(keys []string, token string) error {
+	rdb := redis.NewClient(&redis.Options{})
+	defer rdb.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := redislock.New(rdb).Resume(ctx, keys, token, resumeTTL)
+	return resumeUsage(err, token)
+}
+
+// resumeUsage returns the usage error of release for err, an error of
+// Resume, when the input was bad (the token, a key), else nil.
+func resumeUsage(err error, token string) error {
+	switch {
+	case errors.Is(err, redislock.ErrInvalidOption):
+		return errorf("release: -token %q: not a token of redislock (a lock's token, as status shows it)", token)
+	case errors.Is(err, redislock.ErrInvalidKey):
+		return errorf("release: %s", strings.TrimPrefix(err.Error(), "redislock: "))
+	}
+	return nil
 }
 
 // newFlagSet returns a flag set that reports errors to its caller only

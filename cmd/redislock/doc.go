@@ -1,11 +1,12 @@
 // Command redislock runs a command under a distributed lock held in Redis,
-// as flock(1) does with a lock file and `etcdctl lock` with etcd, and shows
-// who holds a lock.
+// as flock(1) does with a lock file and `etcdctl lock` with etcd, shows
+// who holds a lock, and releases a lock by its token.
 //
 //	Usage:
 //	  redislock run [flags] KEY... -- COMMAND [ARG...]
 //	  redislock run [flags] KEY... -c 'COMMAND LINE'
 //	  redislock status [-json] [-namespace PREFIX] [-redis URL] KEY...
+//	  redislock release -token TOKEN [-namespace PREFIX] [-redis URL] KEY...
 //	  redislock help
 //
 //	run obtains the lock on KEY, runs COMMAND while it keeps the lock's lease
@@ -64,6 +65,13 @@
 //	token), its latest fence and how many wait; -json prints it as JSON, one
 //	object a KEY.
 //
+//	release releases the lock that TOKEN holds on KEY (a token that status
+//	shows, or that run gave its COMMAND in REDISLOCK_TOKEN): for a lock whose
+//	holder is stuck or gone, or a job finished on another host; a set's KEYs
+//	are given together, in any order. As any release, it hands KEY to the
+//	next in line; a run that held the lock loses it (its COMMAND gets
+//	SIGTERM), and its fences are refused from then on.
+//
 //	Redis URLs:
 //	  redis://[user:password@]host:port[/db]             one node (rediss:// for TLS)
 //	  redis+sentinel://host:port?master_name=NAME[&addr=host:port...]
@@ -72,17 +80,20 @@
 //
 //	Exit status:
 //	  0-255  run: COMMAND's status, 128+N if a signal N killed it
-//	  0      status: nobody holds any KEY
+//	  0      status: nobody holds any KEY; release: the lock was released
 //	  1      the lock is held: run -n, or -w ran out (-E sets another);
-//	         status: a KEY is held, or holds data of another kind
+//	         status: a KEY is held, or holds data of another kind;
+//	         release: TOKEN does not hold a KEY (nothing changed)
 //	  2      usage error (bad flag, duration or URL, no KEY, a KEY twice,
-//	         no -- or COMMAND); nothing was sent to Redis
+//	         no -- or COMMAND, no -token or not a token); nothing was sent
+//	         to Redis
 //	  69     Redis failed (unreachable, refused a command)
 //	  74     status: the output could not be written
 //	  75     run: the lock was lost while COMMAND ran
 //	  126    run: COMMAND could not be started
 //	  127    run: COMMAND was not found
-//	  128+N  run: signal N interrupted the wait for the lock
+//	  128+N  run: signal N interrupted the wait for the lock; release: signal
+//	         N interrupted the release
 //
 // # Command line
 //
@@ -194,6 +205,30 @@
 // holds data of another kind (mode other), as a script can test: `if
 // redislock status KEY >/dev/null; then` is "if KEY is free". With several
 // KEYs, it exits 0 when all of them are free.
+//
+// # Release
+//
+// release -token TOKEN KEY... releases a lock that another process holds,
+// given its token: an operator clearing a stuck lock, or a job started on
+// one host and finished on another. TOKEN is a holder's token as status
+// prints it (text or -json, copied as it is), or as run gave its COMMAND in
+// REDISLOCK_TOKEN; KEY is the lock's key, or every KEY of a set, in any
+// order (one KEY of a set releases that KEY alone). It holds the lock
+// again with redislock.Locker.Resume, which checks that TOKEN holds every
+// KEY, in whatever mode (a lock, a reader, a permit of a semaphore), and
+// issues new fences, then releases it as any release does: the next in
+// line gets KEY at once. The holder it is taken from finds its lock lost:
+// a run gets a refused renewal within a third of its -ttl, sends SIGTERM
+// to COMMAND and exits 75; the writes it fences with its fences are
+// refused. release prints nothing when it released the lock and exits 0;
+// it exits 1, changing nothing, when TOKEN does not hold a KEY (the
+// message names it: a free KEY, another holder's, data of another kind).
+// A string that is no token of redislock (another owner's lock, mode
+// foreign in status) is a usage error, found before Redis is contacted.
+// The resume takes at most 5 s (a signal ends it at once: status 128+N),
+// the release 5 s more; a resume whose outcome is unknown (a signal, a
+// Redis that did not answer) or a release that did not complete leaves a
+// lease of at most 10 s, which then ends by itself.
 //
 // # Exit statuses
 //

@@ -30,6 +30,7 @@ func errorLine(err error) string {
 const (
 	exitFree       = 0   // status: nobody holds any KEY
 	exitConflict   = 1   // the lock is held (run's default of -E, as flock(1); status: a KEY is not free)
+	exitNotHeld    = 1   // release: the token does not hold a KEY; nothing changed
 	exitUsage      = 2   // bad command line; nothing was sent to Redis
 	exitRedis      = 69  // EX_UNAVAILABLE: Redis failed
 	exitCannotSay  = 74  // EX_IOERR: status could not write its output
@@ -43,6 +44,7 @@ const usage = `Usage:
   redislock run [flags] KEY... -- COMMAND [ARG...]
   redislock run [flags] KEY... -c 'COMMAND LINE'
   redislock status [-json] [-namespace PREFIX] [-redis URL] KEY...
+  redislock release -token TOKEN [-namespace PREFIX] [-redis URL] KEY...
   redislock help
 
 run obtains the lock on KEY, runs COMMAND while it keeps the lock's lease
@@ -101,6 +103,13 @@ status prints who holds each KEY (mode, holders with their lease left and
 token), its latest fence and how many wait; -json prints it as JSON, one
 object a KEY.
 
+release releases the lock that TOKEN holds on KEY (a token that status
+shows, or that run gave its COMMAND in REDISLOCK_TOKEN): for a lock whose
+holder is stuck or gone, or a job finished on another host; a set's KEYs
+are given together, in any order. As any release, it hands KEY to the
+next in line; a run that held the lock loses it (its COMMAND gets
+SIGTERM), and its fences are refused from then on.
+
 Redis URLs:
   redis://[user:password@]host:port[/db]             one node (rediss:// for TLS)
   redis+sentinel://host:port?master_name=NAME[&addr=host:port...]
@@ -109,17 +118,20 @@ Redis URLs:
 
 Exit status:
   0-255  run: COMMAND's status, 128+N if a signal N killed it
-  0      status: nobody holds any KEY
+  0      status: nobody holds any KEY; release: the lock was released
   1      the lock is held: run -n, or -w ran out (-E sets another);
-         status: a KEY is held, or holds data of another kind
+         status: a KEY is held, or holds data of another kind;
+         release: TOKEN does not hold a KEY (nothing changed)
   2      usage error (bad flag, duration or URL, no KEY, a KEY twice,
-         no -- or COMMAND); nothing was sent to Redis
+         no -- or COMMAND, no -token or not a token); nothing was sent
+         to Redis
   69     Redis failed (unreachable, refused a command)
   74     status: the output could not be written
   75     run: the lock was lost while COMMAND ran
   126    run: COMMAND could not be started
   127    run: COMMAND was not found
-  128+N  run: signal N interrupted the wait for the lock
+  128+N  run: signal N interrupted the wait for the lock; release: signal
+         N interrupted the release
 `
 
 // cli runs redislock with the command-line arguments args (without the
@@ -144,11 +156,17 @@ func cli(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 			return parseFailed(err, stdout, stderr)
 		}
 		return status(cfg, stdout, stderr)
+	case "release":
+		cfg, err := parseRelease(args[1:], getenv)
+		if err != nil {
+			return parseFailed(err, stdout, stderr)
+		}
+		return release(cfg, stderr)
 	}
 	return usageError(stderr, errorf("unknown subcommand %q", args[0]))
 }
 
-// parseFailed reports err, an error of parseRun or parseStatus: usage on
+// parseFailed reports err, an error of a subcommand's parser: usage on
 // stdout for -h, else the error on stderr (see usageError).
 func parseFailed(err error, stdout, stderr io.Writer) int {
 	if err == errHelp {

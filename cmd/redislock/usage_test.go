@@ -144,6 +144,21 @@ func TestUsage_BadInputExits2WithOneLine(t *testing.T) {
 		{[]string{"status", "-redis", url, "a", ""}, "empty KEY"},
 		{[]string{"status", "-redis", url, "-ttl", "1s", "k"}, "flag provided but not defined: -ttl"},
 		{[]string{"status", "-redis", "redis://", "k"}, "no host"},
+		// release: a -token that is a token of the library, KEYs as run's
+		// (a newline aside); nothing sent, Redis down or not.
+		{[]string{"release", "-redis", url, "k"}, "release: no -token TOKEN"},
+		{[]string{"release", "-redis", url, "-token", "", "k"}, "release: -token: empty TOKEN"},
+		{[]string{"release", "-redis", url, "-token", "theirs", "k"}, `release: -token "theirs": not a token of redislock`},
+		{[]string{"release", "-redis", "redis://127.0.0.1:1", "-token", "theirs", "k"}, "not a token of redislock"},
+		{[]string{"release", "-redis", url, "-token", aToken}, "release: no KEY"},
+		{[]string{"release", "-redis", url, "-token", aToken, ""}, "release: empty KEY"},
+		{[]string{"release", "-redis", url, "-token", aToken, "k", "k"}, `release: KEY "k" given twice`},
+		{[]string{"release", "-redis", url, "-token", aToken, "a}:rl1:x"}, `keys with "}:rl1:" in them`},
+		{append([]string{"release", "-redis", url, "-token", aToken}, manyKeys(65)...), "65 KEYs: at most 64"},
+		{[]string{"release", "-redis", url, "-token", aToken, "-token", aToken, "k"}, "-token given twice"},
+		{[]string{"release", "-redis", url, "-token", aToken, "-ttl", "1s", "k"}, "flag provided but not defined: -ttl"},
+		{[]string{"release", "-redis", "redis://127.0.0.1:0", "-token", aToken, "k"}, `port "0"`},
+		{[]string{"release", "-redis", url, "-namespace", "a b", "-token", aToken, "k"}, `-namespace "a b": must be printable`},
 		// A namespace that WithNamespace would refuse.
 		{[]string{"run", "-redis", url, "-namespace", "a b", "k", "--", "true"}, `-namespace "a b": must be printable`},
 		{[]string{"status", "-redis", url, "-namespace", "a\tb", "k"}, `-namespace "a\tb"`},
@@ -188,6 +203,8 @@ func TestUsage_PasswordIsRedacted(t *testing.T) {
 		// A user that does not exist: Redis refuses the password.
 		{[]string{"run", "-redis", "redis://nobody:" + secret + "@" + redisAddr, "k", "--", "true"}, exitRedis, "redis://nobody:xxxxx@"},
 		{[]string{"status", "-redis", "redis://nobody:" + secret + "@" + redisAddr, "k"}, exitRedis, "WRONGPASS"},
+		{[]string{"release", "-redis", "redis://u:" + secret + "@127.0.0.1:1", "-token", aToken, "k"}, exitRedis, "redis://u:xxxxx@127.0.0.1:1"},
+		{[]string{"release", "-redis", "redis://nobody:" + secret + "@" + redisAddr, "-token", aToken, "k"}, exitRedis, "WRONGPASS"},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)
 		equal(t, code, tc.code, "%q: %s", tc.args, stderr)
@@ -200,7 +217,7 @@ func TestUsage_PasswordIsRedacted(t *testing.T) {
 // and exit 0.
 func TestUsage_HelpExits0(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"run", "-h"}, {"run", "k", "-h", "--", "true"}, {"status", "-help"}} {
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"run", "-h"}, {"run", "k", "-h", "--", "true"}, {"status", "-help"}, {"release", "-h"}} {
 		code, out, stderr := runCLI(t, args...)
 		equal(t, code, 0, "%q", args)
 		equal(t, out, usage, "%q", args)
