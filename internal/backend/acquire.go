@@ -272,7 +272,9 @@ func (n *Node) Resume(ctx context.Context, r *lease.Request, token string) (*lea
 	sent := time.Now()
 	var found scripts.Holding
 	for i, g := range groups {
-		f, err := n.R.Resume(ctx, g, token)
+		f, err := scripts.Bounded(ctx, n.R.Timing.Direct, func(ctx context.Context) (scripts.Holding, error) {
+			return n.R.Resume(ctx, g, token)
+		}, nil)
 		switch {
 		case err != nil:
 			return nil, scripts.Failed("resume", r.Key(), err)
