@@ -79,10 +79,8 @@ func release(cfg releaseConfig, stderr io.Writer) int {
 // (Locker.Resume). It returns when Resume does, or, at once, when a signal
 // comes on sigs (the error is then an interrupted) or resumeTimeout passes
 // (context.DeadlineExceeded). Resume runs in a goroutine of its own, that
-// release does not wait for then: Resume's first read of Redis does not
-// stop at its ctx's end (it goes on until go-redis gives up, its
-// ReadTimeout), and a resume that Redis ran after all ends within
-// resumeTTL.
+// release does not wait for then: it ends with ctx, and a resume that
+// Redis ran after all ends within resumeTTL.
 func resume(locker *redislock.Locker, cfg releaseConfig, sigs <-chan os.Signal) (*redislock.Lock, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), resumeTimeout)
 	defer cancel()
