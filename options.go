@@ -293,11 +293,12 @@ func WithPermits(n int) Option {
 //
 // n = 0 turns replica acknowledgement off (for a single call on a Locker
 // that has it). It requires n >= 0 and, for n > 0, 1ms <= timeout <=
-// ReadTimeout - max(200ms, ReadTimeout/10) of the client (4.5s with
-// go-redis's default ReadTimeout of 5s): the reply to a WAIT that timed
-// out comes after timeout, up to 100ms later (Redis notices at its next
-// tick), and must come before go-redis stops reading. Not for a quorum Locker (NewQuorum),
-// whose nodes are masters.
+// ReadTimeout - max(200ms, ReadTimeout/10) of the client: 2.7s with
+// go-redis's default ReadTimeout of 3s (before v9.22), 4.5s with its
+// default of 5s (v9.22 and later); a longer timeout is ErrInvalidOption.
+// The reply to a WAIT that timed out comes after timeout, up to 100ms later
+// (Redis notices at its next tick), and must come before go-redis stops
+// reading. Not for a quorum Locker (NewQuorum), whose nodes are masters.
 func WithReplicas(n int, timeout time.Duration) Option {
 	return func(o *options) {
 		if n < 0 || (n > 0 && timeout < time.Millisecond) {
