@@ -123,9 +123,12 @@ func newLocker(opts []Option) *Locker {
 	return l
 }
 
-// Obtain acquires the lock on key for ttl (the lease, not a bound on
-// waiting), waiting while another holder has it until ctx is done or the
-// wait set by WithWait ends.
+// Obtain acquires the lock on key for ttl, waiting while another holder
+// has it until ctx is done or WithWait's wait ends: with a ctx that never
+// ends, such as context.Background(), and no WithWait, it waits as long as
+// the key is held. (bsm/redislock's Obtain with nil options makes one
+// attempt: that is TryObtain here.) ttl is the lease, not a bound on
+// waiting.
 //
 // Waiting is fair and does not poll: Lockers (processes) take turns in the
 // order of their places in the key's line in Redis, the Obtains of one
@@ -314,8 +317,11 @@ const releaseTimeout = 5 * time.Second
 // MaxKeys is the most keys ObtainMulti takes.
 const MaxKeys = 64
 
-// ObtainMulti acquires the locks on keys for ttl as one lock, waiting as
-// Obtain does: it returns holding every key, or none. The Lock it returns
+// ObtainMulti acquires the locks on keys for ttl as one lock, waiting until
+// ctx is done or WithWait's wait ends, as Obtain does: with
+// context.Background() and no WithWait, as long as a key is held.
+// (bsm/redislock's ObtainMulti with nil options makes one attempt: that is
+// TryObtainMulti here.) It returns holding every key, or none. The Lock it returns
 // holds them all with one token and one lease (Key is the first of keys,
 // Keys all of them, Fences a fence per key with WithFencing); Release,
 // Refresh, TTL, Until, KeepAlive and Context act on them all, and losing
