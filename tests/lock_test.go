@@ -784,7 +784,8 @@ func TestLeaseClock_AbandonedRefreshKeepsItsGeneration(t *testing.T) {
 
 	lc.lagNext(sentScript(renewScript, "300"))
 	rdb.AddHook(hook{after: func(cmd redis.Cmder, err error) {
-		if err == nil && isScript(cmd, renewScript) && cmd.Args()[len(cmd.Args())-4] == int64(300) {
+		// renew.lua's ARGV: token, ttl, generation, fenced, mode, described
+		if err == nil && isScript(cmd, renewScript) && cmd.Args()[len(cmd.Args())-5] == int64(300) {
 			time.Sleep(100 * time.Millisecond) // the second copy's reply is slow
 		}
 	}})
