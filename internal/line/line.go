@@ -14,7 +14,7 @@
 //     in the release's reply. The head already holds the lock when it hears
 //     of it, and sends nothing to take it.
 //   - Passes. A lock that a Locker holds (got through the line, or taken
-//     without it while nobody waited: see adopt) is passed by Release
+//     without it while nobody waited: see Lines.Pass) is passed by Release
 //     straight to the head of the Locker's line, without a round trip, for
 //     a round of at most maxPasses passes and passSlice. Then the
 //     key goes back to Redis, which hands it to the next place in line. So
@@ -39,16 +39,17 @@
 //   - Nothing is orphaned. A line whose waiters all gave up withdraws its
 //     place at once, or releases the key if it was handed it (which hands
 //     it on). If a command carrying its token may still run (one is in
-//     flight, or go-redis may have sent one twice: see scripts.Timing.MayResend), the withdrawal
-//     also marks the token spent, and a spent token's attempts take nothing
-//     (see spend.lua), so that no late command puts the place back. A
-//     waiter that dies (killed, or gone without Shutdown) keeps its place
-//     until the place lapses, placeLease after its last renewal, and a
-//     hand-off to it meanwhile holds the key until then at most: a hand-off
-//     gives a place's waiter its lease only up to the place's deadline (see
-//     handOff in line.lua), the time it proved it was alive for. So a dead
-//     waiter costs the line at most placeLease and a round trip, never its
-//     ttl; a live one claims its ttl before its Obtain returns (below).
+//     flight, or go-redis may have sent one twice: see
+//     scripts.Timing.MayResend), the withdrawal also marks the token spent,
+//     and a spent token's attempts take nothing (see spend.lua), so that no
+//     late command puts the place back. A waiter that dies (killed, or
+//     gone without Shutdown) keeps its place until the place lapses,
+//     placeLease after its last renewal, and a hand-off to it meanwhile
+//     holds the key until then at most: a hand-off gives a place's waiter
+//     its lease only up to the place's deadline (see handOff in line.lua),
+//     the time it proved it was alive for. So a dead waiter costs the line
+//     at most placeLease and a round trip, never its ttl; a live one claims
+//     its ttl before its Obtain returns (below).
 //
 // The lease of a handed-over lock is measured from base: when the latest
 // command that confirmed the line's place was sent. A token takes a place
@@ -104,26 +105,30 @@ const (
 // errNoAnswer is the error of a wait that no attempt of its line answered.
 var errNoAnswer = errors.New("Redis did not answer")
 
-// Lines are the lines of one Locker on one deployment, by key. One mutex
-// guards every line, every waiter's outcome and the subscriptions. Lock
-// order: Lines.mu before any hold's, never after.
+// Lines are the lines of one Locker on one deployment. One mutex guards
+// every line, every waiter's outcome and the subscriptions. Lock order:
+// Lines.mu before any hold's, never after.
 type Lines struct {
 	r   *scripts.Redis
 	env *lease.Env
 	id  string // names the Locker's wake channels and its places in line
 
 	mu           sync.Mutex
-	byKey        map[string]*line         // the lines of exclusive waiters
-	byToken      map[string]*line         // the lines of one shared, permit or set waiter each
+	lines        map[lineID]*line         // every line that may still hear of its place (see lineID)
 	subs         map[string]*subscription // by channel: started when a line takes a place; retires when idle
 	started      []*subscription          // those started, retired or not, that may not have ended
 	shuttingDown bool                     // Shutdown waits: subscriptions retire once idle, without lingering
 }
 
+// A lineID finds a line in Lines.lines: the line of a key's exclusive
+// waiters by its key; a line of one waiter (a shared, permit or set
+// waiter: see Lines.enter) by its token.
+type lineID struct{ key, token string }
+
 // New returns the lines of a Locker, whose id names its wake channels, on
 // the deployment r; the holds they get share env.
 func New(r *scripts.Redis, env *lease.Env, id string) *Lines {
-	return &Lines{r: r, env: env, id: id}
+	return &Lines{r: r, env: env, id: id, lines: map[lineID]*line{}, subs: map[string]*subscription{}}
 }
 
 // placeState is what a line knows of its place in Redis.
@@ -138,9 +143,8 @@ const (
 // A line is the waiters of one Locker for one key, and its place in Redis.
 // It lives while it has waiters, or a hold that it may pass on.
 type line struct {
-	key     string
-	keys    []string       // the keys it waits for: key, or a set's (one slot's)
-	mode    scripts.Mode   // the mode its waiters want the key in
+	keys    []string       // the keys it waits for: one, or a set's (one slot's)
+	mode    scripts.Mode   // the mode its waiters want the keys in
 	wake    scripts.Wakeup // where hand-offs to its places are announced
 	own     bool           // a line of one waiter: a shared, permit or set waiter (see Lines.enter)
 	fixed   string         // the token it must use (a part of a set across slots), or ""
@@ -148,16 +152,14 @@ type line struct {
 	token   string         // the line's place, and the key's value once handed to it
 
 	place        placeState
-	placeSent    bool                       // an attempt to take a place with token was sent: later ones renew it
 	base         time.Time                  // when the latest command that confirmed the place was sent
-	renewAt      time.Time                  // when the head renews the place
 	holdEnd      time.Time                  // when the holder's lease ends, as the latest reply said; zero: unknown
 	blockedFor   time.Duration              // the holder's lease left, as the latest reply said (see blockedFor)
 	check        bool                       // a hand-off may have gone unheard: the head asks Redis
 	handed       map[string]scripts.Handoff // the keys handed to token, by key; applied once the place is confirmed, and a set's once it has them all
 	inflight     int                        // attempts carrying token that have not returned
 	sent         time.Time                  // when the latest attempt was sent
-	firstSent    time.Time                  // when token's first attempt (which took its place) was sent
+	firstSent    time.Time                  // when token's first attempt (which takes its place; later ones renew it) was sent; zero: not yet
 	firstAttempt *lease.FirstAttempt        // token's first attempt
 	pending      map[string]*time.Timer     // given-up tokens whose withdrawal waits for their first attempt's reply
 	asked        time.Time                  // when the first attempt sent since the latest reply was sent; zero: none
@@ -170,8 +172,21 @@ type line struct {
 	passes int         // passes left for hold
 	round  time.Time   // when the hold was got from Redis
 	expiry *time.Timer // drops a line kept for its hold alone when the hold's lease ends
+}
 
-	detached bool // out of byKey: the line only withdraws what it left in Redis
+// id is where ln is found in Lines.lines while it is there.
+func (ln *line) id() lineID {
+	if ln.own {
+		return lineID{token: ln.token}
+	}
+	return lineID{key: ln.keys[0]}
+}
+
+// inRedis reports whether ln's token may have a place in Redis's line: a
+// place was confirmed or may have been taken, or a command that may take
+// one may still run.
+func (ln *line) inRedis() bool {
+	return ln.place != noPlace || ln.inflight > 0 || ln.firstAttempt.MayRun()
 }
 
 // A waiter is one Obtain in a line.
@@ -195,34 +210,33 @@ func (w *waiter) poke() {
 	}
 }
 
+// fail ends w's wait with err.
+func (w *waiter) fail(err error) {
+	w.err = err
+	w.poke()
+}
+
 // enter puts a waiter for r, whose Obtain ends at deadline (zero: none),
 // at the end of its line. Exclusive waiters of a Locker share a line per
 // key; a shared, permit or set waiter has a line of its own, since each
 // holder has its own token in Redis (and passes are only between exclusive
 // waiters of one key). A line that nobody waits in has no place in Redis
 // (see update): a waiter that comes back later is in line behind those that
-// came meanwhile.
-func (ls *Lines) enter(r *lease.Request, deadline time.Time) (*line, *waiter) {
+// came meanwhile. blocked, when not nil, is what an attempt made before
+// found (a plain lock's: see the backend's Acquire): the key held, and
+// Redis answering; the line takes it as its latest reply until one of its
+// own comes.
+func (ls *Lines) enter(r *lease.Request, deadline time.Time, blocked *scripts.AttemptResult) (*line, *waiter) {
 	w := &waiter{req: r, deadline: deadline, wake: make(chan struct{}, 1), poll: r.MinBackoff}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	ls.shuttingDown = false
-	var ln *line
-	if r.Mode.Exclusive() && len(r.Keys) == 1 && r.Token == "" {
-		ln = ls.lineFor(r.Key())
-	} else {
-		ln = ls.ownLine(r.Keys, r.Mode, r.Token)
-	}
+	ln := ls.lineFor(r.Keys, r.Mode, r.Token, !r.Mode.Exclusive() || len(r.Keys) > 1 || r.Token != "")
 	ln.waiters = append(ln.waiters, w)
+	if blocked != nil && ln.heard.IsZero() {
+		ln.heard, ln.lastErr, ln.blockedFor = time.Now(), nil, blocked.PTTL
+	}
 	return ln, w
-}
-
-// ownLine makes the line of one shared, permit or set waiter, with token
-// when it must use that one.
-func (ls *Lines) ownLine(keys []string, m scripts.Mode, token string) *line {
-	ln := &line{key: keys[0], keys: keys, mode: m, wake: ls.r.Keys.Wake(ls.id, keys[0], ls.r.Sharded), own: true, fixed: token, lastErr: errNoAnswer}
-	ls.freshToken(ln)
-	return ln
 }
 
 // reenter puts w, whose lock was lost before it could claim it, back at the
@@ -231,26 +245,21 @@ func (ls *Lines) reenter(ln *line, w *waiter) *line {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	w.hold, w.claim = nil, false
-	if ln.own {
-		ln = ls.ownLine(ln.keys, ln.mode, ln.fixed)
-	} else {
-		ln = ls.lineFor(ln.key)
-	}
+	ln = ls.lineFor(ln.keys, ln.mode, ln.fixed, ln.own)
 	ln.waiters = append([]*waiter{w}, ln.waiters...)
 	return ln
 }
 
-// lineFor returns key's line, making it if there is none.
-func (ls *Lines) lineFor(key string) *line {
-	ln := ls.byKey[key]
-	if ln == nil {
-		if ls.byKey == nil {
-			ls.byKey = make(map[string]*line)
-		}
-		ln = &line{key: key, keys: []string{key}, wake: ls.r.Keys.Wake(ls.id, key, ls.r.Sharded), lastErr: errNoAnswer}
-		ls.freshToken(ln)
-		ls.byKey[key] = ln
+// lineFor returns the line of keys' exclusive waiters, made if there is
+// none; or, own, a new line of one waiter in mode m, with token when it
+// must use that one.
+func (ls *Lines) lineFor(keys []string, m scripts.Mode, token string, own bool) *line {
+	if ln := ls.lines[lineID{key: keys[0]}]; ln != nil && !own {
+		return ln
 	}
+	ln := &line{keys: keys, mode: m, wake: ls.r.Keys.Wake(ls.id, keys[0], ls.r.Sharded), own: own, fixed: token, lastErr: errNoAnswer, pending: map[string]*time.Timer{}}
+	ls.freshToken(ln)
+	ls.lines[ln.id()] = ln
 	return ln
 }
 
@@ -260,7 +269,7 @@ func (ls *Lines) Busy(keys []string) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	for _, key := range keys {
-		if ln := ls.byKey[key]; ln != nil && (len(ln.waiters) > 0 || hasHold(ln)) {
+		if ln := ls.lines[lineID{key: key}]; ln != nil && (len(ln.waiters) > 0 || hasHold(ln)) {
 			return true
 		}
 	}
@@ -272,40 +281,64 @@ func hasHold(ln *line) bool { return ln.hold != nil && ln.hold.Passable() }
 
 // step is what a waiter does next (see Lines.next).
 type step struct {
-	hold    *lease.Hold          // the hold is the waiter's (after a claim if claim)
-	claim   bool                 //
-	err     error                // the line failed the waiter
-	attempt *scripts.AttemptArgs // the head sends this attempt for the line
-	first   *lease.FirstAttempt  // what is known of it, when it is its token's first
-	wait    time.Duration
+	hold  *lease.Hold // the hold is the waiter's (after a claim if claim)
+	claim bool        //
+	err   error       // the line failed the waiter
+	sent  bool        // the waiter, the head, sent an attempt for the line
+	wait  time.Duration
 }
 
-// next says what w does next: take its hold, send an attempt for the line,
-// or wait until woken or for step.wait (0: until woken).
+// next says what w does next: take its hold, or wait until woken or for
+// step.wait (0: until woken); or, as the head, it sends an attempt for the
+// line (see send) when it is due: a renewal of the place every placeRenew,
+// or when the holder's lease ends, or when polling while the subscription
+// is not confirmed; or a retry after its backoff.
+//
+// The last look: the head asks Redis once more two silences before the
+// first of its line's waiters gives up, unless a reply came after that, so
+// that a wait that ends has a reply at most 2 silences old, or an attempt
+// unanswered for at least a silence (see quit).
+//
+// The hedge: while attempts of its line are in flight, the head waits for
+// their replies, and sends the place's renewal again when it is not
+// answered within a quarter of what is left of the place (at most
+// lease.MaxInFlight at once). A first attempt is not sent again: it takes
+// the place, which a hedge must not do twice.
 func (ls *Lines) next(ln *line, w *waiter) step {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	now := time.Now()
 	switch {
 	case w.hold != nil:
 		return step{hold: w.hold, claim: w.claim}
 	case w.err != nil:
 		return step{err: w.err}
-	case ln.waiters[0] != w:
+	case ln.waiters[0] != w || ln.inflight > 0 && (ln.place != placed || ln.inflight >= lease.MaxInFlight):
 		return step{}
 	case ln.inflight > 0:
-		return ls.hedge(ln, w)
+		if at := ln.sent.Add(max(ln.base.Add(placeLease).Sub(ln.sent)/4, lease.MinHedge)); at.After(now) {
+			return step{wait: at.Sub(now)}
+		}
+		return ls.send(ln, w, now)
 	}
-	now := time.Now()
+	s := ls.subs[ln.wake.Channel]
+	armed := s != nil && s.armed.Load()
 	due := now
 	if ln.place == placed && !ln.check {
-		due = ln.renewAt
+		due = ln.base.Add(placeRenew)
 		if !ln.holdEnd.IsZero() && ln.holdEnd.Before(due) {
 			due = ln.holdEnd.Add(time.Millisecond)
 		}
-		if poll := ln.base.Add(w.poll); !ls.armedFor(ln) && poll.Before(due) {
+		if poll := ln.base.Add(w.poll); !armed && poll.Before(due) {
 			due = poll
 		}
-		if look := lastLook(ln, ls.r.Silence()); !look.IsZero() && look.Before(due) {
+		var first time.Time // the first deadline of the line's waiters
+		for _, x := range ln.waiters {
+			if !x.deadline.IsZero() && (first.IsZero() || x.deadline.Before(first)) {
+				first = x.deadline
+			}
+		}
+		if look := first.Add(-2 * ls.r.Silence()); !first.IsZero() && look.After(ln.heard) && look.Before(due) {
 			due = look
 		}
 	}
@@ -315,62 +348,38 @@ func (ls *Lines) next(ln *line, w *waiter) step {
 	if due.After(now) {
 		return step{wait: due.Sub(now)}
 	}
-	if !ls.armedFor(ln) {
+	if !armed {
 		w.poll = NextBackoff(w.poll, w.req.MinBackoff, w.req.MaxBackoff)
 	}
 	ln.check = false
 	return ls.send(ln, w, now)
 }
 
-// lastLook is when the head asks Redis once more before the first of its
-// line's waiters gives up, unless a reply came after that: so that a wait
-// that ends has a reply at most 2 silences old, or an attempt unanswered
-// for at least a silence (see quit). Zero when there is no such deadline.
-func lastLook(ln *line, silence time.Duration) time.Time {
-	var first time.Time
-	for _, w := range ln.waiters {
-		if !w.deadline.IsZero() && (first.IsZero() || w.deadline.Before(first)) {
-			first = w.deadline
-		}
-	}
-	if look := first.Add(-2 * silence); !first.IsZero() && look.After(ln.heard) {
-		return look
-	}
-	return time.Time{}
-}
-
-// hedge says what the head w does while attempts of its line are in
-// flight: it waits for their replies, and sends the place's renewal again
-// when it is not answered within a quarter of what is left of the place
-// (at most lease.MaxInFlight at once). A first attempt is not sent again:
-// it takes the place, which a hedge must not do twice.
-func (ls *Lines) hedge(ln *line, w *waiter) step {
-	if ln.place != placed || ln.inflight >= lease.MaxInFlight {
-		return step{}
-	}
-	now := time.Now()
-	at := ln.sent.Add(max(ln.base.Add(placeLease).Sub(ln.sent)/4, lease.MinHedge))
-	if at.After(now) {
-		return step{wait: at.Sub(now)}
-	}
-	return ls.send(ln, w, now)
-}
-
-// send returns the line's next attempt, for the head w, sent now.
+// send sends the line's next attempt for the head w, now, in the
+// background. Its outcome updates the line (see attempted), which wakes the
+// head: a waiter never waits for a reply, so that a stuck one holds up
+// neither its deadline nor a lock passed to it. It is bounded as a release
+// is (by go-redis's own timeouts and retries), not by the Obtain that sent
+// it: its outcome matters to the line's other waiters.
 func (ls *Lines) send(ln *line, w *waiter, now time.Time) step {
 	ln.inflight++
 	ln.sent = now
 	if ln.asked.IsZero() {
 		ln.asked = now
 	}
-	s := step{attempt: &scripts.AttemptArgs{Keys: ln.keys, Token: ln.token, Holder: w.req.Holder, TTL: w.req.TTL, Fenced: w.req.Fenced, Mode: ln.mode, Place: placeLease, Renew: ln.placeSent, Wake: ln.wake}}
-	if !ln.placeSent {
-		ln.firstSent = now
-		ln.firstAttempt.Out.Store(true)
-		s.first = ln.firstAttempt
+	a := scripts.AttemptArgs{Keys: ln.keys, Token: ln.token, Holder: w.req.Holder, TTL: w.req.TTL, Fenced: w.req.Fenced, Mode: ln.mode, Place: placeLease, Renew: !ln.firstSent.IsZero(), Wake: ln.wake}
+	var first *lease.FirstAttempt // set when a is its token's first attempt
+	if !a.Renew {
+		ln.firstSent, first = now, ln.firstAttempt
+		first.Out.Store(true)
 	}
-	ln.placeSent = true
-	return s
+	ls.env.Background.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), ls.r.ReleaseBound())
+		defer cancel()
+		res, err := ls.r.Attempt(ctx, a)
+		ls.attempted(ln, &a, first, now, res, err)
+	})
+	return step{sent: true}
 }
 
 // attempted updates the line with the outcome of its attempt a, sent at
@@ -410,7 +419,7 @@ func (ls *Lines) attempted(ln *line, a *scripts.AttemptArgs, first *lease.FirstA
 	case err == nil && res.Ours:
 		ln.handed = nil
 		if len(ln.waiters) == 0 {
-			ln.handed = map[string]scripts.Handoff{ln.key: {Token: a.Token}} // for the withdrawal
+			ln.handed = map[string]scripts.Handoff{ln.keys[0]: {Token: a.Token}} // for the withdrawal
 			break
 		}
 		ls.grant(ln, ls.env.NewHold(ln.waiters[0].req, a.Token, res.Fences, start, a.TTL), a.TTL)
@@ -420,11 +429,17 @@ func (ls *Lines) attempted(ln *line, a *scripts.AttemptArgs, first *lease.FirstA
 		ln.place = noPlace
 		ls.replaceToken(ln)
 	case err == nil:
-		ls.placed(ln, start)
+		// The place is confirmed. Replies of hedged renewals may come in
+		// any order: base is the latest.
+		ln.place = placed
+		if start.After(ln.base) {
+			ln.base = start
+		}
 		ln.holdEnd, ln.blockedFor = time.Time{}, res.PTTL
 		if res.PTTL >= 0 {
 			ln.holdEnd = time.Now().Add(res.PTTL)
 		}
+		ls.subscribe(ln.wake)
 	case scripts.Permanent(err):
 		// Waiting longer would not help: every waiter reports it. An
 		// error reply means the attempt did not run; a closed client
@@ -440,40 +455,6 @@ func (ls *Lines) attempted(ln *line, a *scripts.AttemptArgs, first *lease.FirstA
 	}
 	ls.update(ln)
 }
-
-// placed records that a command sent at start confirmed the line's place.
-// Replies of hedged renewals may come in any order: base is the latest.
-func (ls *Lines) placed(ln *line, start time.Time) {
-	ln.place = placed
-	if start.After(ln.base) {
-		ln.base = start
-	}
-	ln.renewAt = ln.base.Add(placeRenew)
-	if ls.subs[ln.wake.Channel] == nil {
-		if ls.subs == nil {
-			ls.subs = make(map[string]*subscription)
-		}
-		s := ls.subscribe(ln.wake)
-		ls.subs[ln.wake.Channel] = s
-		ls.started = append(slices.DeleteFunc(ls.started, (*subscription).ended), s)
-	}
-}
-
-// blockedBefore records what an attempt made before the line was joined (a
-// plain lock's: see the backend's Acquire) found: the key held, with
-// res.PTTL left, and Redis answering. ln takes it as its latest reply until
-// one of its own comes.
-func (ls *Lines) blockedBefore(ln *line, res scripts.AttemptResult) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ln.heard.IsZero() {
-		ln.heard, ln.lastErr, ln.blockedFor = time.Now(), nil, res.PTTL
-	}
-}
-
-// armedFor reports whether hand-offs to ln's places are heard: its
-// channel's subscription is confirmed. ls.mu is held.
-func (ls *Lines) armedFor(ln *line) bool { return ls.subs[ln.wake.Channel].isArmed() }
 
 // grant gives h, which the line's token holds now with a lease of ttl, to
 // the head: a new hold, which starts a round of passes. It must be claimed
@@ -500,7 +481,7 @@ func (ls *Lines) grant(ln *line, h *lease.Hold, ttl time.Duration) {
 // line if it may have a place there (see withdrawToken). A line that must
 // use its token fails its waiter with ErrSpent instead.
 func (ls *Lines) replaceToken(ln *line) {
-	if ln.place != noPlace || ln.inflight > 0 || ln.firstAttempt.MayRun() {
+	if ln.inRedis() {
 		ln.gaveUp = ln.token
 		ls.withdrawToken(ln)
 	}
@@ -523,19 +504,16 @@ var ErrSpent = errors.New("the place in line lapsed: its token is spent")
 // withdrawToken withdraws ln's token, which the line leaves, from Redis
 // (see Withdraw): at once, marking the token spent when its first attempt
 // may run later (see lease.FirstAttempt); when that attempt is on its way,
-// once its reply comes, with no mark, since nothing of the token can run
-// after it then — unless the reply takes longer than a silence (Redis
-// stalls), after which it is done at once, with a mark, so that a hand-off
-// to the token's place does not hold the key meanwhile.
+// once its reply comes (see attempted), with no mark, since nothing of the
+// token can run after it then — unless the reply takes longer than a
+// silence (Redis stalls), after which it is done at once, with a mark, so
+// that a hand-off to the token's place does not hold the key meanwhile.
 func (ls *Lines) withdrawToken(ln *line) {
-	keys, token, m := ln.keys, ln.token, ln.mode
+	token := ln.token
 	if !ln.firstAttempt.Out.Load() {
 		spend := ln.firstAttempt.MayRun()
-		ls.env.Background.Go(func() { ls.Withdraw(keys, token, m, spend) })
+		ls.env.Background.Go(func() { ls.Withdraw(ln.keys, token, ln.mode, spend) })
 		return
-	}
-	if ln.pending == nil {
-		ln.pending = make(map[string]*time.Timer)
 	}
 	ls.env.Background.Begin() // ended when the withdrawal is under way
 	ln.pending[token] = time.AfterFunc(ls.r.Silence(), func() {
@@ -543,7 +521,7 @@ func (ls *Lines) withdrawToken(ln *line) {
 		defer ls.mu.Unlock()
 		if ln.pending[token] != nil {
 			delete(ln.pending, token)
-			ls.env.Background.Go(func() { ls.Withdraw(keys, token, m, true) })
+			ls.env.Background.Go(func() { ls.Withdraw(ln.keys, token, ln.mode, true) })
 			ls.env.Background.End()
 		}
 	})
@@ -558,20 +536,20 @@ func (ln *line) unblock() {
 	}
 }
 
-// freshToken gives ln a new token, with no place yet.
+// freshToken gives ln a new token, with no place yet (a line of one waiter
+// is found by it).
 func (ls *Lines) freshToken(ln *line) {
+	if ln.own && ls.lines[ln.id()] == ln {
+		delete(ls.lines, ln.id())
+	}
+	ln.token = ln.fixed
+	if ln.token == "" {
+		ln.token = scripts.NewToken()
+	}
 	if ln.own {
-		if ls.byToken == nil {
-			ls.byToken = make(map[string]*line)
-		}
-		delete(ls.byToken, ln.token)
-		defer func() { ls.byToken[ln.token] = ln }()
+		ls.lines[ln.id()] = ln
 	}
-	token := ln.fixed
-	if token == "" {
-		token = scripts.NewToken()
-	}
-	ln.token, ln.place, ln.placeSent, ln.check, ln.handed, ln.holdEnd = token, noPlace, false, false, nil, time.Time{}
+	ln.place, ln.firstSent, ln.check, ln.handed, ln.holdEnd = noPlace, time.Time{}, false, nil, time.Time{}
 	ln.firstAttempt = &lease.FirstAttempt{}
 	ln.asked = time.Time{} // replies for the token left are not waited for
 	ln.unblock()
@@ -595,7 +573,7 @@ func (ls *Lines) update(ln *line) {
 			fences[i], lease = ln.handed[key].Fence, min(lease, ln.handed[key].Lease)
 		}
 		switch {
-		case !ln.placeSent:
+		case ln.firstSent.IsZero():
 			ln.check = true // the base is unknown: the head asks Redis
 		case slices.Min(fences) < 0:
 			ln.handed, ln.place = nil, noPlace
@@ -611,17 +589,17 @@ func (ls *Lines) update(ln *line) {
 		ln.waiters[0].poke()
 		return
 	}
-	if !ln.detached && !ln.own && len(ln.handed) == 0 && hasHold(ln) {
+	if !ln.own && ls.lines[ln.id()] == ln && len(ln.handed) == 0 && hasHold(ln) {
 		// Nobody waits: the line keeps its hold (for the Locker's next
 		// Obtain to be passed it), not its place in Redis.
-		if ln.place != noPlace || ln.inflight > 0 || ln.firstAttempt.MayRun() {
+		if ln.inRedis() {
 			ls.replaceToken(ln)
 		}
 		ls.keepFor(ln)
 		return
 	}
 	ls.detach(ln)
-	if ln.token != "" && (ln.place != noPlace || len(ln.handed) > 0 || ln.inflight > 0 || ln.firstAttempt.MayRun()) {
+	if ln.token != "" && (ln.inRedis() || len(ln.handed) > 0) {
 		// Clean up (see withdrawToken); replies to come are for a token the
 		// line has left.
 		ls.withdrawToken(ln)
@@ -633,60 +611,44 @@ func (ls *Lines) update(ln *line) {
 // Locker's next Obtain of the key can be passed the lock. A timer drops it
 // when the hold's lease ends, if the hold was never released.
 func (ls *Lines) keepFor(ln *line) {
-	d := time.Until(ln.hold.Until())
-	if ln.expiry == nil {
-		ln.expiry = time.AfterFunc(d, func() {
-			ls.mu.Lock()
-			defer ls.mu.Unlock()
-			ls.update(ln)
-		})
-		return
+	if ln.expiry != nil {
+		ln.expiry.Stop()
 	}
-	ln.expiry.Reset(d)
+	ln.expiry = time.AfterFunc(time.Until(ln.hold.Until()), func() {
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		ls.update(ln)
+	})
 }
 
-// detach takes ln out of byKey.
+// detach takes ln out of Lines.lines, for good: the line only withdraws
+// what it left in Redis.
 func (ls *Lines) detach(ln *line) {
-	if ln.detached {
-		return
-	}
-	ln.detached = true
 	ln.unblock()
 	if ln.expiry != nil {
 		ln.expiry.Stop()
 	}
-	if ls.byKey[ln.key] == ln {
-		delete(ls.byKey, ln.key)
-	}
-	if ls.byToken[ln.token] == ln {
-		delete(ls.byToken, ln.token)
+	if ls.lines[ln.id()] == ln {
+		delete(ls.lines, ln.id())
 	}
 }
 
-// fail ends w's wait with err.
-func (w *waiter) fail(err error) {
-	w.err = err
-	w.poke()
-}
-
-// quit takes w, whose Obtain gives up, out of its line. It returns the hold
-// if one was handed or passed to w meanwhile (the caller gives it back,
-// which passes it on), and the error of the line's latest attempt: nil when
-// it found the key held (held is then the holder's lease left, as it
-// said), unless an attempt sent since has gone unanswered for a silence
-// (Redis stopped answering: that is no contention).
-func (ls *Lines) quit(ln *line, w *waiter) (h *lease.Hold, held time.Duration, last error) {
+// quit takes w, whose Obtain gives up, out of its line, and gives back a
+// hold handed or passed to w meanwhile, which passes it on; neither waits
+// for Redis. It returns the error of the line's latest attempt: nil when
+// it found the key held (blocked is then the holder's lease left, as the
+// latest reply said: see blockedFor in line.lua), unless an attempt sent
+// since has gone unanswered for a silence (Redis stopped answering: that is
+// no contention).
+func (ls *Lines) quit(ln *line, w *waiter) (blocked time.Duration, last error) {
 	ls.mu.Lock()
+	if h := w.hold; h != nil {
+		ls.mu.Unlock()
+		h.GiveBack() // without ls.mu: it may pass h on (see Pass)
+		return 0, nil
+	}
 	defer ls.mu.Unlock()
-	if w.hold != nil {
-		return w.hold, 0, nil
-	}
-	for i, x := range ln.waiters {
-		if x == w {
-			ln.waiters = append(ln.waiters[:i], ln.waiters[i+1:]...)
-			break
-		}
-	}
+	ln.waiters = slices.DeleteFunc(ln.waiters, func(x *waiter) bool { return x == w })
 	last = ln.lastErr
 	if silent := time.Since(ln.asked); last == nil && !ln.asked.IsZero() && silent > ls.r.Silence() {
 		last = fmt.Errorf("%w for %v", errNoAnswer, silent.Round(time.Millisecond))
@@ -694,29 +656,38 @@ func (ls *Lines) quit(ln *line, w *waiter) (h *lease.Hold, held time.Duration, l
 	if errors.Is(last, errNoAnswer) {
 		last = ls.r.LastFailure(last)
 	}
-	held = ln.blockedFor
+	blocked = ln.blockedFor
 	ls.update(ln)
-	return nil, held, last
+	return blocked, last
 }
 
 // Pass gives h, whose release has begun, to the head of its line without a
-// round trip, if h is the line's hold (see adopt) and the head may have it
-// (see the note at the top): passed reports that h is released, and the
-// head has it. lined reports whether the Locker has a line for h's key:
-// then its release goes through that line (see the backend's release), and
-// is never a plain lock's drop.
+// round trip, if h is the line's hold and the head may have it (see the
+// note at the top): passed reports that h is released, and the head has
+// it. lined reports whether the Locker has a line for h's key: then its
+// release goes through that line (see the backend's release), and is never
+// a plain lock's drop.
+//
+// A hold taken without the line (a plain lock, or a single attempt: see
+// the backend's Acquire) while the line has no hold is adopted: the Locker
+// holds the key, and its round began when h was acquired. So a lock that
+// nobody waited for when it was taken is passed like one the line got from
+// Redis. A set's hold holds other keys too: it is never passed.
 func (ls *Lines) Pass(h *lease.Hold) (passed, lined bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	ln := ls.byKey[h.Keys[0]]
+	ln := ls.lines[lineID{key: h.Keys[0]}]
 	if ln == nil {
 		return false, false
 	}
-	if len(ln.waiters) == 0 || !ls.adopt(ln, h) || ln.passes == 0 || time.Since(ln.round) > passSlice {
+	if len(ln.waiters) == 0 || ln.hold != h && (ln.hold != nil || h.Lined || !h.Mode.Exclusive() || len(h.Keys) > 1) {
 		return false, true
 	}
+	if ln.hold != h { // adopted
+		ln.hold, ln.passes, ln.round = h, maxPasses, h.Since
+	}
 	w := ln.waiters[0]
-	if w.req.Fenced || w.hold != nil || w.err != nil {
+	if ln.passes == 0 || time.Since(ln.round) > passSlice || w.req.Fenced || w.hold != nil || w.err != nil {
 		return false, true
 	}
 	next := h.Pass(w.req.TTL)
@@ -732,22 +703,6 @@ func (ls *Lines) Pass(h *lease.Hold) (passed, lined bool) {
 	return true, true
 }
 
-// adopt reports whether h is ln's hold, making it so when h was taken
-// without the line (a plain lock, or a single attempt: see the backend's
-// Acquire) while the line has no hold: the Locker holds the key, and its
-// round began when h was acquired. So a lock that nobody waited for when it
-// was taken is passed like one the line got from Redis. ls.mu is held.
-func (ls *Lines) adopt(ln *line, h *lease.Hold) bool {
-	if ln.hold == h {
-		return true
-	}
-	if ln.hold != nil || h.Lined || !h.Mode.Exclusive() || len(h.Keys) > 1 {
-		return false // (a set's hold holds other keys too: it is never passed)
-	}
-	ln.hold, ln.passes, ln.round = h, maxPasses, h.Since
-	return true
-}
-
 // Placing returns a channel that is closed when the line of h's key, whose
 // waiters have no confirmed place in Redis (the line was just granted the
 // key, and its first attempt with a new token is about to be sent, or on
@@ -757,7 +712,7 @@ func (ls *Lines) adopt(ln *line, h *lease.Hold) bool {
 func (ls *Lines) Placing(h *lease.Hold) <-chan struct{} {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	ln := ls.byKey[h.Keys[0]]
+	ln := ls.lines[lineID{key: h.Keys[0]}]
 	if ln == nil || len(ln.waiters) == 0 || ln.place == placed {
 		return nil
 	}
@@ -781,7 +736,7 @@ type Release struct {
 func (ls *Lines) PrepareRelease(h *lease.Hold) Release {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	ln := ls.byKey[h.Keys[0]]
+	ln := ls.lines[lineID{key: h.Keys[0]}]
 	if ln == nil || ln.hold != h {
 		return Release{}
 	}
@@ -833,11 +788,11 @@ func (ls *Lines) Released(keys []string, rel Release, res scripts.ReleaseResult,
 
 // handedTo records a hand-off of key to h.Token, if that is the token of
 // one of our lines (a set's waits for all its keys); else it is not ours,
-// or of a line that left: its withdrawal passes it on.
+// or of a line that left: its withdrawal passes it on. ls.mu is held.
 func (ls *Lines) handedTo(key string, h scripts.Handoff) {
-	ln := ls.byKey[key]
+	ln := ls.lines[lineID{key: key}]
 	if ln == nil || ln.token != h.Token {
-		if ln = ls.byToken[h.Token]; ln == nil || !slices.Contains(ln.keys, key) {
+		if ln = ls.lines[lineID{token: h.Token}]; ln == nil || !slices.Contains(ln.keys, key) {
 			return
 		}
 	}
@@ -851,117 +806,21 @@ func (ls *Lines) handedTo(key string, h scripts.Handoff) {
 // ask makes the heads of the lines of keys ask Redis whether a key was
 // handed to them. ls.mu is held.
 func (ls *Lines) ask(keys []string) {
-	ask := func(ln *line) {
+	for _, ln := range ls.lines {
 		if ln.place == placed && len(ln.waiters) > 0 && slices.ContainsFunc(ln.keys, func(k string) bool { return slices.Contains(keys, k) }) {
 			ln.check = true
 			ln.waiters[0].poke()
 		}
 	}
-	for _, key := range keys {
-		if ln := ls.byKey[key]; ln != nil {
-			ask(ln)
-		}
-	}
-	for _, ln := range ls.byToken {
-		ask(ln)
-	}
-}
-
-// fail ends the wait of every waiter of the Locker with err: the client is
-// closed, and no attempt can be sent any more.
-func (ls *Lines) fail(err error) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	for _, m := range []map[string]*line{ls.byKey, ls.byToken} {
-		for _, ln := range m {
-			for _, w := range ln.waiters {
-				w.fail(err)
-			}
-		}
-	}
-}
-
-// heard is called by the subscription for an announced hand-off.
-func (ls *Lines) heard(key string, h scripts.Handoff) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	ls.handedTo(key, h)
-}
-
-// armed is called by the subscription s when it is confirmed (on) or lost
-// (off). Heads of lines on its channel poll while it is lost, and ask
-// Redis once it is back, since a hand-off may have gone unheard.
-func (ls *Lines) armed(s *subscription, on bool) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	for _, m := range []map[string]*line{ls.byKey, ls.byToken} {
-		for _, ln := range m {
-			if ln.wake.Channel != s.wake.Channel {
-				continue
-			}
-			if on && ln.place != noPlace {
-				ln.check = true
-			}
-			if len(ln.waiters) > 0 {
-				ln.waiters[0].poke()
-			}
-		}
-	}
-}
-
-// Shutdown waits until the Locker's subscriptions have ended, or ctx ends.
-// One that is idle retires at once, without lingering.
-func (ls *Lines) Shutdown(ctx context.Context) error {
-	ls.mu.Lock()
-	ls.shuttingDown = true
-	subs := slices.Clone(ls.started)
-	ls.mu.Unlock()
-	for _, s := range subs {
-		select {
-		case <-s.stopped:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-// retire reports whether the subscription s may stop: no line on its
-// channel has had a waiter for linger. It is then no longer the
-// subscription of its channel.
-func (ls *Lines) retire(s *subscription, linger time.Duration) bool {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	for _, m := range []map[string]*line{ls.byKey, ls.byToken} {
-		for _, ln := range m {
-			if ln.wake.Channel == s.wake.Channel && (len(ln.waiters) > 0 || ln.own) {
-				s.idle = time.Time{}
-				return false
-			}
-		}
-	}
-	if s.idle.IsZero() {
-		s.idle = time.Now()
-	}
-	if time.Since(s.idle) < linger && !ls.shuttingDown {
-		return false
-	}
-	if ls.subs[s.wake.Channel] == s {
-		delete(ls.subs, s.wake.Channel)
-	}
-	return true
 }
 
 // NextBackoff returns the polling delay after prev: drawn at random from
-// [min, 3*prev], capped at max ("decorrelated jitter"), so that polling
-// waiters spread out instead of asking in lockstep.
-func NextBackoff(prev, min, max time.Duration) time.Duration {
-	hi := 3 * prev
-	if hi > max {
-		hi = max
+// [floor, 3*prev], capped at ceiling ("decorrelated jitter"), so that
+// polling waiters spread out instead of asking in lockstep.
+func NextBackoff(prev, floor, ceiling time.Duration) time.Duration {
+	hi := min(3*prev, ceiling)
+	if hi <= floor {
+		return floor
 	}
-	if hi <= min {
-		return min
-	}
-	return min + mathrand.N(hi-min+1)
+	return floor + mathrand.N(hi-floor+1)
 }

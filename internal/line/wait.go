@@ -19,10 +19,7 @@ import (
 // held by another owner. It also returns how many attempts it sent.
 func (ls *Lines) Wait(ctx context.Context, r *lease.Request, blocked *scripts.AttemptResult) (_ *lease.Hold, attempts int, _ error) {
 	deadline, _ := ctx.Deadline()
-	ln, w := ls.enter(r, deadline)
-	if blocked != nil {
-		ls.blockedBefore(ln, *blocked)
-	}
+	ln, w := ls.enter(r, deadline, blocked)
 	for {
 		s := ls.next(ln, w)
 		switch {
@@ -42,52 +39,21 @@ func (ls *Lines) Wait(ctx context.Context, r *lease.Request, blocked *scripts.At
 			ln = ls.reenter(ln, w)
 			continue
 		case s.err != nil:
-			ls.giveUp(ln, w)
+			ls.quit(ln, w)
 			return nil, attempts, scripts.Failed("acquire", r.Key(), s.err)
-		case s.attempt != nil:
+		case s.sent:
 			attempts++
-			ls.attempt(ln, s.attempt, s.first)
 		default:
 			_ = scripts.Sleep(ctx, w.wake, s.wait)
 		}
 		if ctx.Err() != nil {
-			blocked, last := ls.giveUp(ln, w)
+			blocked, last := ls.quit(ln, w)
 			if last != nil {
 				return nil, attempts, scripts.WaitFailed(r.Key(), ctx.Err(), last)
 			}
 			return nil, attempts, NotObtained(r.Keys, ctx.Err(), blocked)
 		}
 	}
-}
-
-// attempt sends the line's attempt a in the background. Its outcome
-// updates the line (see attempted), which wakes the head: a waiter never
-// waits for a reply, so that a stuck one holds up neither its deadline nor
-// a lock passed to it. It is bounded as a release is (by go-redis's own
-// timeouts and retries), not by the Obtain that sent it: its outcome
-// matters to the line's other waiters.
-func (ls *Lines) attempt(ln *line, a *scripts.AttemptArgs, first *lease.FirstAttempt) {
-	start := time.Now()
-	ls.env.Background.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), ls.r.ReleaseBound())
-		defer cancel()
-		res, err := ls.r.Attempt(ctx, *a)
-		ls.attempted(ln, a, first, start, res, err)
-	})
-}
-
-// giveUp ends an Obtain that waited in line: it quits the line, and gives
-// back a hold that was handed or passed to it meanwhile, which passes it
-// on. Neither waits for Redis. It returns the error of the line's last
-// attempt, nil when that found the key held by another owner, and then
-// what the latest reply said of the holder's lease left (see blockedFor in
-// line.lua).
-func (ls *Lines) giveUp(ln *line, w *waiter) (blocked time.Duration, last error) {
-	h, blocked, last := ls.quit(ln, w)
-	if h != nil {
-		h.GiveBack()
-	}
-	return blocked, last
 }
 
 // NotObtained is the error of an acquisition that found keys held by
