@@ -14,7 +14,9 @@ import (
 // that came after the client's ReadTimeout may come from a copy that
 // go-redis sent again (here Redis was frozen past the first try's timeout,
 // and ran both copies when it thawed), and says so; a reply in time says
-// nothing of the kind; a client that never retries never resends. CI runs
+// nothing of the kind; a client that never retries never resends. The same
+// holds for a release, whose reply after a timeout may be the one of the
+// copy that found the key gone by the other: it says so. CI runs
 // this at both ends of the supported go-redis range (go.mod's floor, and
 // the latest: .ci/run).
 func TestTiming_ResendSeenByTheReadTimeout(t *testing.T) {
@@ -42,12 +44,29 @@ func TestTiming_ResendSeenByTheReadTimeout(t *testing.T) {
 				thaw := time.AfterFunc(450*time.Millisecond, func() { srv.Thaw(t) })
 				defer thaw.Stop()
 			}
-			res, err := r.Attempt(ctx, AttemptArgs{Keys: []string{"k:" + c.name}, Token: NewToken(), TTL: time.Minute, Plain: true})
+			key, token := "k:"+c.name, NewToken()
+			res, err := r.Attempt(ctx, AttemptArgs{Keys: []string{key}, Token: token, TTL: time.Minute, Plain: true})
 			if err != nil || !res.Ours {
 				t.Fatalf("go-redis %s: %+v, %v", redis.Version(), res, err)
 			}
 			if res.Resent != c.resent {
-				t.Errorf("go-redis %s: resent %v, want %v (timing %+v)", redis.Version(), res.Resent, c.resent, r.Timing)
+				t.Errorf("go-redis %s: acquire resent %v, want %v (timing %+v)", redis.Version(), res.Resent, c.resent, r.Timing)
+			}
+
+			if c.frozen {
+				srv.Freeze(t)
+				thaw := time.AfterFunc(450*time.Millisecond, func() { srv.Thaw(t) })
+				defer thaw.Stop()
+			}
+			rel, err := r.Release(ctx, ReleaseArgs{Keys: []string{key}, Token: token})
+			if err != nil {
+				t.Fatalf("go-redis %s: release: %v", redis.Version(), err)
+			}
+			if rel.Resent != c.resent || !c.resent && !rel.Released {
+				t.Errorf("go-redis %s: release %+v, want resent %v (and released, when not resent)", redis.Version(), rel, c.resent)
+			}
+			if n := rdb.Exists(ctx, key).Val(); n != 0 {
+				t.Errorf("the key is left after its release")
 			}
 		})
 	}

@@ -4,7 +4,7 @@
 -- attempt of a spent token changes nothing (see acquire.lua), so that a
 -- copy of it that go-redis sent again, and that runs after its Obtain gave
 -- up or its lock was released, takes neither the key nor a place. A token
--- is marked only when such a copy may exist (see counted in Go): the mark
+-- is marked only when such a copy may exist (see Timing.MayResend): the mark
 -- is the exception, not one per release. While a mark may exist, the
 -- places hash (the first key's) has the field SPENT_FIELD and lasts at
 -- least as long, which keeps the plain scripts (take.lua, drop.lua: they
