@@ -17,7 +17,7 @@ import (
 // noEvents is a Locker that reports nothing.
 type noEvents struct{}
 
-func (noEvents) Lost(context.Context, *lease.Hold, error)                              {}
+func (noEvents) Lost(context.Context, *lease.Hold, error)                           {}
 func (noEvents) Renewed(context.Context, *lease.Hold, time.Time, bool, lease.Reply) {}
 
 // node returns a Node on rdb, as a Locker whose wake channels id names
