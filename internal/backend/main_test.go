@@ -1,8 +1,6 @@
 package backend
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/seed5e0b76d9/redislock/internal/redistest"
@@ -10,13 +8,4 @@ import (
 
 // TestMain fails the run if any goroutine outlives the tests: attempts,
 // withdrawals, releases and subscriptions must all have ended.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := redistest.LeakedGoroutines(); leaked != "" {
-			fmt.Fprintf(os.Stderr, "goroutines left after the tests:\n\n%s\n", leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { redistest.Main(m) }

@@ -1,8 +1,11 @@
 package redistest
 
 import (
+	"fmt"
+	"os"
 	"runtime"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -24,4 +27,18 @@ func LeakedGoroutines() string {
 			return strings.Join(others, "\n\n")
 		}
 	}
+}
+
+// Main runs m's tests and exits: with their code, or 1 when they passed
+// but goroutines outlive them (see LeakedGoroutines). A package's TestMain
+// calls it.
+func Main(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if leaked := LeakedGoroutines(); leaked != "" {
+			fmt.Fprintf(os.Stderr, "goroutines left after the tests:\n\n%s\n", leaked)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

@@ -3,8 +3,6 @@ package redisurl
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,16 +14,7 @@ import (
 
 // TestMain fails the run if a goroutine outlives the tests: clients that
 // NewClient made, or began to make before it failed, leave none behind.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := redistest.LeakedGoroutines(); leaked != "" {
-			fmt.Fprintf(os.Stderr, "goroutines left after the tests:\n\n%s\n", leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { redistest.Main(m) }
 
 // mustClient returns the client NewClient makes of raw, closed at the end
 // of t, and fails t if there is none.
