@@ -44,8 +44,16 @@ func TestObtainMulti_AllOrNothing(t *testing.T) {
 			lk, err := locker.ObtainMulti(ctx, keys, time.Minute)
 			got <- obtained{lk, err, time.Now()}
 		}()
-		waitQueued(t, rdb, "cart:a", 1)
-		assert.Zero(t, rdb.Exists(ctx, "cart:a", "cart:c").Val(), "a key of the set taken while it waits")
+		waitQueued(t, rdb, "cart:b", 1)
+		place := queued(t, rdb, "cart:b")[0]
+		for _, k := range []string{"cart:a", "cart:c"} { // free, or handed to the waiting set (see lock-family.md)
+			assert.Contains(t, []string{"", place}, rdb.Get(ctx, k).Val(), "%s taken by another token while the set waits", k)
+		}
+		select {
+		case r := <-got:
+			t.Fatalf("ObtainMulti returned while a key was held by another owner: %v", r.err)
+		default:
+		}
 		require.NoError(t, other.Release(ctx))
 		r := <-got
 		require.NoError(t, r.err)
@@ -706,4 +714,32 @@ func TestObtainMulti_ReleaseAfterAKeptLossNamesTheKey(t *testing.T) {
 	require.NoError(t, locker.Shutdown(ctx))
 	assert.Equal(t, "intruder", rdb.Get(ctx, "s:2").Val())
 	assert.Zero(t, rdb.Exists(ctx, "s:1", "s:3").Val())
+}
+
+// A waiting set whose other keys are free, with its place first in their
+// lines, gets them as soon as the key it waits for is handed to it: it asks
+// Redis then, and is not left waiting for its next renewal of its places (a
+// third of a second later), since no release will hand on a free key.
+func TestObtainMulti_HandedOneKeyAsksForTheOthers(t *testing.T) {
+	b := realBackend(t)
+	ctx := ctxT(t, 10*time.Second)
+	rdb, _ := b.client(t)
+	held, err := redislock.New(rdb).Obtain(ctx, "{s}b", time.Minute)
+	require.NoError(t, err)
+	l := redislock.New(rdb)
+	got := make(chan time.Time, 1)
+	go func() {
+		lk, err := l.ObtainMulti(ctx, []string{"{s}a", "{s}b"}, time.Minute)
+		if assert.NoError(t, err) {
+			got <- time.Now()
+			assert.NoError(t, lk.Release(ctx))
+		}
+	}()
+	waitQueued(t, rdb, "{s}b", 1)
+	time.Sleep(50 * time.Millisecond) // its place is confirmed, and its subscription up
+	require.NoError(t, held.Release(ctx))
+	released := time.Now()
+	assert.Less(t, (<-got).Sub(released), 150*time.Millisecond, "the set got its last key at once")
+	require.NoError(t, l.Shutdown(ctx))
+	assert.Zero(t, rdb.DBSize(ctx).Val(), "nothing left")
 }

@@ -156,6 +156,7 @@ type line struct {
 	holdEnd      time.Time                  // when the holder's lease ends, as the latest reply said; zero: unknown
 	blockedFor   time.Duration              // the holder's lease left, as the latest reply said (see blockedFor)
 	check        bool                       // a hand-off may have gone unheard: the head asks Redis
+	freeFirst    bool                       // a set's first attempt left a key free with its place first (see handedTo)
 	handed       map[string]scripts.Handoff // the keys handed to token, by key; applied once the place is confirmed, and a set's once it has them all
 	inflight     int                        // attempts carrying token that have not returned
 	sent         time.Time                  // when the latest attempt was sent
@@ -440,6 +441,7 @@ func (ls *Lines) attempted(ln *line, a *scripts.AttemptArgs, first *lease.FirstA
 			ln.holdEnd = time.Now().Add(res.PTTL)
 		}
 		ls.subscribe(ln.wake)
+		ln.freeFirst = ln.freeFirst || res.FreeFirst
 	case scripts.Permanent(err):
 		// Waiting longer would not help: every waiter reports it. An
 		// error reply means the attempt did not run; a closed client
@@ -549,7 +551,7 @@ func (ls *Lines) freshToken(ln *line) {
 	if ln.own {
 		ls.lines[ln.id()] = ln
 	}
-	ln.place, ln.firstSent, ln.check, ln.handed, ln.holdEnd = noPlace, time.Time{}, false, nil, time.Time{}
+	ln.place, ln.firstSent, ln.check, ln.freeFirst, ln.handed, ln.holdEnd = noPlace, time.Time{}, false, false, nil, time.Time{}
 	ln.firstAttempt = &lease.FirstAttempt{}
 	ln.asked = time.Time{} // replies for the token left are not waited for
 	ln.unblock()
@@ -800,6 +802,13 @@ func (ls *Lines) handedTo(key string, h scripts.Handoff) {
 		ln.handed = map[string]scripts.Handoff{}
 	}
 	ln.handed[key] = h
+	if ln.freeFirst && len(ln.handed) < len(ln.keys) {
+		// The set's other keys may be free with its place first in their
+		// lines (see AttemptResult.FreeFirst), which no release will hand
+		// on: its head asks Redis now (an attempt hands them), not at its
+		// next renewal.
+		ln.check = true
+	}
 	ls.update(ln)
 }
 

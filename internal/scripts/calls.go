@@ -119,6 +119,9 @@ type AttemptResult struct {
 	NoPlace  bool          // a renewal found no place, or the token is spent: it must not be used again
 	NotPlain bool          // a plain attempt found the key not plain: acquire.lua decides
 	Resent   bool          // go-redis may have sent it twice, with a copy still to run (see Timing.MayResend)
+	// FreeFirst: a set's first attempt left a key free with its new place
+	// first in line, which no release will hand on (the next attempt does).
+	FreeFirst bool
 }
 
 // Call returns the acquire.lua run of a (take.lua's, for a plain attempt).
@@ -145,7 +148,7 @@ func ParseAttempt(a AttemptArgs, cmd *redis.Cmd) (AttemptResult, error) {
 		return AttemptResult{}, err
 	}
 	code, ok := replyInt(res, 0)
-	if !ok || len(res) > 2 && code != ReplyOK {
+	if !ok || len(res) > 2 && code != ReplyOK && (code != ReplyNotOurs || len(res) > 3) {
 		return AttemptResult{}, fmt.Errorf("unexpected reply %v", res)
 	}
 	v, _ := replyInt(res, 1)
@@ -157,7 +160,7 @@ func ParseAttempt(a AttemptArgs, cmd *redis.Cmd) (AttemptResult, error) {
 		}
 		return r, nil
 	case ReplyNotOurs, replyNoPlace:
-		return AttemptResult{PTTL: time.Duration(v) * time.Millisecond, NoPlace: code == replyNoPlace}, nil
+		return AttemptResult{PTTL: time.Duration(v) * time.Millisecond, NoPlace: code == replyNoPlace, FreeFirst: len(res) == 3}, nil
 	case ReplyNotPlain:
 		return AttemptResult{NotPlain: true}, nil
 	case replyWrongKind:

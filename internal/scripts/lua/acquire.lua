@@ -36,7 +36,9 @@
 --         {NOT_OURS, ms} when it does not fit: ms is blockedFor's (the
 --         longest of the keys' it does not hold). With ARGV[4] > 0 the token
 --         now has a place in line (in the line of every key it does not
---         hold), kept ARGV[4] ms from now.
+--         hold), kept ARGV[4] ms from now; a third element, 1, says that
+--         a key is free with this new place first in its line: no release
+--         will hand it on, the next attempt will (see Lines.handedTo).
 --         {NO_PLACE, ONLY_LINE} when the token was to renew its place, and
 --         has none (in a line of its keys): the place lapsed, or the key
 --         was handed to it and that lease ran out; or when the token is
@@ -158,12 +160,19 @@ if keep > 0 then
 			return {NO_PLACE, blocked}
 		end
 	end
+	local freeFirst = false -- a set's key is free, its new place first in line
 	for i, k in ipairs(locks) do
 		if held[i] then -- a set's key handed to it: kept while it waits for the others
 			lengthenHold(k, token, mode, keep)
 		else
 			place(k, token, keep, ttl, ARGV[3], mode, pub, channel, desc)
+			if first and not freeFirst and redis.call("LINDEX", k.LINE, 0) == token then
+				freeFirst = fits(k, mode, kinds[i])
+			end
 		end
+	end
+	if freeFirst then
+		return {NOT_OURS, blocked, 1}
 	end
 end
 return {NOT_OURS, blocked}
