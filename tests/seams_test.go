@@ -26,11 +26,11 @@ package tests
 // since Locker.Resume), 11 columns: 121 cells, of which 120 apply (a
 // permit joins nothing: see notReentrant). The cells of a site share its servers (one
 // node, one Cluster, three quorum masters, started once) and run in
-// parallel; the 18 cells that freeze Redis have servers of their own, and
+// parallel; the 22 cells that freeze Redis have servers of their own, and
 // run only with -args -stress.
 //
-//	go test -race -run 'TestSeams_' .                 # 80 cells, about 10 s on 2 cores
-//	go test -race -run 'TestSeams_' . -args -stress   # 98 cells, about 25 s
+//	go test -race -run 'TestSeams_' .                 # 98 cells, about 10 s on 2 cores
+//	go test -race -run 'TestSeams_' . -args -stress   # 120 cells, about 25 s
 //
 // When it was written (issue 31), 11 cells failed: WaiterInAnotherLocker/
 // ReleaseCtxDoneWhileFrozen (the background release never handed the key
