@@ -138,3 +138,41 @@ func TestResume_Quorum(t *testing.T) {
 		assert.Zero(t, c.Exists(ctx, "q").Val())
 	}
 }
+
+// A Refresh of the old Lock sent before Resume (to another length: a new
+// generation of its commands) that reaches Redis after it changes nothing:
+// the resumed lock's commands carry a generation far above any the old
+// Lock may have in flight, so Redis refuses the late one; the lease stays
+// the resumed lock's, Until within the key's expiry, and nobody else takes
+// the key. (Found by an adversarial review: Resume's generation was the
+// one above the last that ran, which the late Refresh carried too.)
+func TestResume_LateRefreshOfTheOldLockChangesNothing(t *testing.T) {
+	b := realBackend(t)
+	lc := &lagConns{delay: time.Second, ran: make(chan time.Time, 1)}
+	old, _ := b.client(t, func(o *redis.Options) {
+		o.Dialer = lc.dial
+		o.ReadTimeout = 100 * time.Millisecond
+		o.MaxRetries = -1
+	})
+	loadScripts(t, old)
+	t.Cleanup(lc.wg.Wait)
+	other, _ := b.client(t)
+	ctx := ctxT(t, 20*time.Second)
+
+	first, err := redislock.New(old).Obtain(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	lc.lagNext(sentScript(renewScript, "300")) // held back 1 s in the network
+	require.Error(t, first.Refresh(ctx, 300*time.Millisecond))
+
+	resumed, err := redislock.New(other).Resume(ctx, []string{"k"}, first.Token(), 10*time.Second)
+	require.NoError(t, err)
+	<-lc.ran // the old Refresh ran in Redis
+	time.Sleep(50 * time.Millisecond)
+	local, left := leaseGap(t, other, resumed)
+	assert.LessOrEqual(t, local, left+5*time.Millisecond, "the old Lock's late Refresh changed the lease")
+	assert.Greater(t, left, 9*time.Second, "the resumed lock's lease")
+	time.Sleep(400 * time.Millisecond)
+	_, err = redislock.New(other).TryObtain(ctx, "k", time.Minute)
+	require.ErrorIs(t, err, redislock.ErrNotObtained)
+	require.NoError(t, resumed.Release(ctx))
+}

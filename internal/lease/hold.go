@@ -214,9 +214,17 @@ func (e *Env) ResumedHold(r *Request, token string, found scripts.Holding, sent 
 	rr.Mode = found.Mode
 	h := e.NewHold(&rr, token, nil, sent, found.Left)
 	h.Described, h.generations = true, true // (its holders' descriptions are kept alive, if any)
-	h.clock.gen, h.clock.genTTL = found.Gen+1, r.TTL
+	h.clock.gen, h.clock.genTTL = found.Gen+resumeGenStep, r.TTL
 	return h
 }
+
+// resumeGenStep is how far a resumed hold's generation is above the
+// highest that ran for its token: the Lock it took the lock from may have
+// commands of later generations in flight (a Refresh to another length
+// starts one, and may reach Redis after the Resume), which Redis must
+// refuse. No process has a million of them in flight; generations stay
+// far below 2^53 (Lua's exact integers) after millions of resumes.
+const resumeGenStep = 1 << 20
 
 // OnQuorum makes h a quorum's hold, whose lease allows for drift (see
 // Drift); only before h is shared.
