@@ -215,6 +215,9 @@ func isConflict(err error, c runConfig) bool {
 // silently for ever.
 func (r *runner) notObtained(err error) int {
 	c := r.cfg
+	// The wait's clean-up first (see shutdown): a key handed to this run's
+	// waiting set, given back in the background, is no holder to name.
+	_ = r.locker.Shutdown(r.ending())
 	infos, ierr := r.inspect()
 	var info redislock.Info
 	key := c.keys[0]
