@@ -164,13 +164,8 @@ func parseRun(args []string, getenv func(string) string) (runConfig, error) {
 		return c, errorf("run: -token-env %s: the variable of the fences (-fence-env %s)", c.tokenEnv, c.fenceEnv)
 	}
 	c.keys, c.argv = pos, argv
-	if err = checkNamespace("run", c.namespace); err != nil {
-		return c, err
-	}
-	if c.redisURL, err = redisURL(fs, *url, getenv); err != nil {
-		return c, err
-	}
-	return c, nil
+	c.redisURL, err = where("run", c.namespace, fs, *url, getenv)
+	return c, err
 }
 
 // libraryKeys is in the name of every key the library keeps beside a lock
@@ -274,13 +269,8 @@ func parseStatus(args []string, getenv func(string) string) (statusConfig, error
 		}
 	}
 	c.keys = pos
-	if err = checkNamespace("status", c.namespace); err != nil {
-		return c, err
-	}
-	if c.redisURL, err = redisURL(fs, *url, getenv); err != nil {
-		return c, err
-	}
-	return c, nil
+	c.redisURL, err = where("status", c.namespace, fs, *url, getenv)
+	return c, err
 }
 
 // releaseConfig is a valid command line of release.
@@ -317,13 +307,8 @@ func parseRelease(args []string, getenv func(string) string) (releaseConfig, err
 		return c, err
 	}
 	c.keys = pos
-	if err = checkNamespace("release", c.namespace); err != nil {
-		return c, err
-	}
-	if c.redisURL, err = redisURL(fs, *url, getenv); err != nil {
-		return c, err
-	}
-	return c, nil
+	c.redisURL, err = where("release", c.namespace, fs, *url, getenv)
+	return c, err
 }
 
 // checkResume returns a usage error when Locker.Resume would refuse keys
@@ -454,6 +439,15 @@ func redisURL(fs *flag.FlagSet, value string, getenv func(string) string) (strin
 	}
 	_ = rdb.Close()
 	return url, nil
+}
+
+// where checks the namespace and finds the Redis URL of cmd's command line
+// (see checkNamespace and redisURL).
+func where(cmd, namespace string, fs *flag.FlagSet, url string, getenv func(string) string) (string, error) {
+	if err := checkNamespace(cmd, namespace); err != nil {
+		return "", err
+	}
+	return redisURL(fs, url, getenv)
 }
 
 // checkNamespace returns a usage error when -namespace's prefix is not one
